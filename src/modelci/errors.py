@@ -1,0 +1,13 @@
+"""The one user-error hierarchy (STYLE.md: "One user-error type, caught once")."""
+
+
+class UserError(Exception):
+    """Something the user can fix: the message says what was wrong, where, and what to do. Exit code 2."""
+
+    exit_code = 2
+
+
+class HarnessError(UserError):
+    """The harness itself could not run (uv missing, store unreadable). Exit code 3."""
+
+    exit_code = 3

@@ -1,0 +1,1 @@
+"""Code that runs inside the environment under test: standard library only (numpy when present)."""

@@ -1,0 +1,356 @@
+"""Entry points that run inside the environment under test: `list` discovers, `run` executes one workload.
+
+The parent talks to this module only through files: JSON for results and `.npy` for arrays
+(DESIGN.md, "The workload contract"). Standard library only; numpy and the framework are imported
+lazily, from the environment under test.
+
+    python -m modelci.workload.child list --suite NAME=DIR ... --out FILE
+    python -m modelci.workload.child run --suite NAME=DIR --workload ID --out DIR [--seed N] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import inspect
+import json
+import os
+import platform
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from modelci.workload import npy
+from modelci.workload.api import Context, SkipWorkload, Workload
+from modelci.workload.frameworks import get_helper
+
+#: version of the files this module writes for the parent
+PROTOCOL = 1
+
+
+# -- discovery ------------------------------------------------------------------------------------
+
+
+def suite_files(folder: Path) -> list[Path]:
+    """The workload files of a suite folder: every `*.py` not starting with `_`, in name order."""
+    return sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+
+
+def import_file(path: Path, suite: str) -> Any:
+    """Import one suite file by path under a module name private to its suite."""
+    module_name = f"modelci_suite_{suite}_{path.stem}".replace("-", "_").replace(".", "_")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def workload_classes(module: Any) -> list[type[Workload]]:
+    """Workload subclasses defined in `module` itself (not imported into it), in source order."""
+    found = [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type)
+        and issubclass(obj, Workload)
+        and obj is not Workload
+        and obj.__module__ == module.__name__
+        and not obj.__name__.startswith("_")
+        and not inspect.isabstract(obj)
+    ]
+    return sorted(found, key=lambda cls: inspect.getsourcelines(cls)[1])
+
+
+def error_location(exc: BaseException, path: Path) -> int | None:
+    """The line of `path` where an import failed: the SyntaxError line or the deepest frame in that file."""
+    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == path.resolve():
+        return exc.lineno
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).resolve() == path.resolve():
+            line = frame.lineno
+    return line
+
+
+def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dict[str, Any]:
+    """The discovery record of one workload class."""
+    return {
+        "id": f"{suite}/{cls.workload_name()}",
+        "name": cls.workload_name(),
+        "class": cls.__name__,
+        "suite": suite,
+        "file": str(path),
+        "framework": cls.framework,
+        "domain": cls.domain,
+        "steps": int(cls.steps),
+        "formats": list(cls.formats),
+        "devices": int(cls.devices),
+        "requires": list(cls.requires),
+        "code_hash": code_hash,
+    }
+
+
+def discover(suites: dict[str, Path]) -> dict[str, Any]:
+    """Import every suite file; return the workloads found and one error per file that failed."""
+    workloads: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for suite, folder in suites.items():
+        for path in suite_files(folder):
+            code_hash = hashlib.sha256(path.read_bytes()).hexdigest()
+            try:
+                module = import_file(path, suite)
+                classes = workload_classes(module)
+            except BaseException as exc:  # noqa: BLE001 - a suite file may raise anything, even SystemExit
+                line = error_location(exc, path)
+                errors.append(
+                    {
+                        "suite": suite,
+                        "file": str(path),
+                        "line": line,
+                        "message": f"{type(exc).__name__}: {exc}",
+                        "traceback": traceback.format_exc(),
+                        "code_hash": code_hash,
+                    }
+                )
+                continue
+            workloads.extend(describe(cls, suite, path, code_hash) for cls in classes)
+    return {"protocol": PROTOCOL, "workloads": workloads, "errors": errors}
+
+
+# -- execution ------------------------------------------------------------------------------------
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far.
+
+    On Linux this reads VmHWM, which starts afresh at exec; ru_maxrss would carry over the peak of
+    the forked harness process (over 100 MiB) into a child that uses a few MiB.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def find_class(suites: dict[str, Path], workload_id: str, file: str | None = None) -> tuple[type[Workload], Path]:
+    """Find the class behind a workload id (`suite/name`), importing only its own file when it is known.
+
+    Importing only that file keeps one broken suite file from failing every workload of the suite.
+    """
+    suite, _, name = workload_id.partition("/")
+    for path in [Path(file)] if file else suite_files(suites[suite]):
+        for cls in workload_classes(import_file(path, suite)):
+            if cls.workload_name() == name:
+                return cls, path
+    raise LookupError(f"workload {workload_id!r} not found in suite {suite!r}")
+
+
+def module_info(names: list[str]) -> dict[str, dict[str, str]]:
+    """Version and file of each already-imported top-level module, so the parent can prove what ran."""
+    info = {}
+    for name in names:
+        module = sys.modules.get(name)
+        if module is not None:
+            info[name] = {"version": str(getattr(module, "__version__", "")), "file": str(getattr(module, "__file__", ""))}
+    return info
+
+
+def overrides(cls: type[Workload], method: str) -> bool:
+    """Whether the workload class writes its own `method` rather than inheriting the base's."""
+    return getattr(cls, method) is not getattr(Workload, method)
+
+
+class Recorder:
+    """Collects what one execution produced and writes it as the result file."""
+
+    def __init__(self, out: Path, workload_id: str):
+        self.out = out
+        self.data: dict[str, Any] = {
+            "protocol": PROTOCOL,
+            "workload": workload_id,
+            "status": "ok",
+            "reason": "",
+            "traceback": "",
+            "phase": "start",
+            "metrics": {},
+            "outputs": {},
+            "saved": [],
+            "info": {},
+        }
+
+    def metric(self, name: str, kind: str, unit: str, values: list[float]) -> None:
+        """Record a metric series."""
+        self.data["metrics"][name] = {"kind": kind, "unit": unit, "values": [float(v) for v in values]}
+
+    def write(self) -> None:
+        """Write result.json atomically, so the parent never reads half a file."""
+        tmp = self.out / "result.json.tmp"
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        os.replace(tmp, self.out / "result.json")
+
+
+def save_outputs(outputs: Any, helper: Any, folder: Path) -> dict[str, dict[str, Any]]:
+    """Convert each output to an array and write it as `.npy`; returns name -> {file, dtype, shape}."""
+    if not isinstance(outputs, dict) or not outputs:
+        raise TypeError(f"infer() must return a non-empty dict of name -> array, got {type(outputs).__name__}")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, value in outputs.items():
+        if not isinstance(name, str) or not name.replace("_", "").replace(".", "").replace("-", "").isalnum():
+            raise ValueError(f"output name {name!r} must be letters, digits, '_', '-' or '.'")
+        path = folder / f"{name}.npy"
+        dtype, shape = npy.save(path, helper.to_numpy(value))
+        written[name] = {"file": str(path.relative_to(folder.parent)), "dtype": dtype, "shape": shape}
+    return written
+
+
+def same_outputs(first: dict[str, Any], second: dict[str, Any], helper: Any) -> bool:
+    """Whether two calls of infer returned bit-identical outputs."""
+    if first.keys() != second.keys():
+        return False
+    return all(npy.to_bytes(helper.to_numpy(first[k])) == npy.to_bytes(helper.to_numpy(second[k])) for k in first)
+
+
+def run_phases(workload: Workload, cls: type[Workload], ctx: Context, helper: Any, rec: Recorder, args: Any) -> None:
+    """Setup, train, infer (warm-up + repeats) and save, each timed; metrics go into `rec`."""
+    rec.data["phase"] = "setup"
+    start = time.perf_counter()
+    workload.setup(ctx)
+    helper.synchronize()
+    rec.metric("time.setup", "samples", "s", [time.perf_counter() - start])
+
+    rec.data["phase"] = "train"
+    losses, step_times = [], []
+    for step in range(int(cls.steps)):
+        start = time.perf_counter()
+        loss = workload.train_step(ctx, step)
+        helper.synchronize()
+        step_times.append(time.perf_counter() - start)
+        losses.append(float(loss))
+    if step_times:
+        rec.metric("time.train", "samples", "s", step_times)
+        rec.metric("loss", "curve", "", losses)
+
+    rec.data["phase"] = "infer"
+    warmup = cls.warmup if args.warmup is None else args.warmup
+    repeats = max(1, cls.repeats if args.repeats is None else args.repeats)
+    first = None
+    for _ in range(warmup):
+        first = workload.infer(ctx)
+    infer_times = []
+    outputs = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        outputs = workload.infer(ctx)
+        helper.synchronize()
+        infer_times.append(time.perf_counter() - start)
+        if first is None:
+            first = outputs
+    rec.metric("time.infer", "samples", "s", infer_times)
+    rec.data["outputs"] = save_outputs(outputs, helper, rec.out / "outputs")
+    rec.data["info"]["infer_repeatable"] = same_outputs(first, outputs, helper)
+
+    rec.data["phase"] = "save"
+    for fmt in (cls.formats if args.save else ()):
+        rec.data["saved"].append(save_format(workload, cls, ctx, helper, fmt, rec.out / "saved"))
+
+
+def save_format(workload: Workload, cls: type[Workload], ctx: Context, helper: Any, fmt: str, folder: Path) -> dict:
+    """Save the model in one format; a format this version lacks is `skipped` with the reason."""
+    folder.mkdir(parents=True, exist_ok=True)
+    reason = helper.supports(fmt)
+    if reason:
+        return {"format": fmt, "status": "skipped", "reason": reason}
+    path = folder / fmt
+    try:
+        (workload.save if overrides(cls, "save") else lambda c, f, p: helper.save(workload, c, f, p))(ctx, fmt, path)
+    except Exception as exc:  # noqa: BLE001 - a failed save is recorded, the run goes on
+        return {"format": fmt, "status": "failed", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    return {"format": fmt, "status": "ok", "path": str(path.relative_to(folder.parent)), "unsafe": fmt in helper.unsafe_formats}
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run one workload and write result.json; exceptions become `failed` (or `skipped`) results."""
+    suites = parse_suites(args.suite)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rec = Recorder(out, args.workload)
+    rec.data["info"]["python"] = platform.python_version()
+    try:
+        cls, path = find_class(suites, args.workload, args.file)
+        helper = get_helper(cls.framework)
+        helper.seed(args.seed)
+        helper.set_determinism(True)
+        ctx = Context(seed=args.seed, device=args.device, scratch=out / "scratch")
+        ctx.scratch.mkdir(exist_ok=True)
+        run_phases(cls(), cls, ctx, helper, rec, args)
+        for name, values in ctx.metrics.items():
+            rec.metric(name, "samples", "", values)
+        rec.data["info"]["versions"] = helper.versions()
+        peak_device = helper.peak_device_memory()
+        if peak_device is not None:
+            rec.metric("mem.peak_device", "samples", "bytes", [peak_device])
+    except SkipWorkload as exc:
+        rec.data.update(status="skipped", reason=str(exc) or "skipped by the workload")
+    except Exception as exc:  # noqa: BLE001 - any exception in the workload is a `failed` result
+        rec.data.update(status="failed", reason=f"{type(exc).__name__}: {exc} (in {rec.data['phase']})")
+        rec.data["traceback"] = traceback.format_exc()
+    rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
+    rec.data["info"]["modules"] = module_info(sorted({"numpy", "torch", "paddle", *args.report_module}))
+    rec.write()
+    return 0
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def parse_suites(values: list[str]) -> dict[str, Path]:
+    """`NAME=DIR` arguments to an ordered mapping."""
+    suites = {}
+    for value in values:
+        name, sep, folder = value.partition("=")
+        if not sep:
+            raise SystemExit(f"--suite expects NAME=DIR, got {value!r}")
+        suites[name] = Path(folder)
+    return suites
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch the `list` and `run` entry points."""
+    parser = argparse.ArgumentParser(prog="modelci.workload.child")
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list")
+    listing.add_argument("--suite", action="append", default=[])
+    listing.add_argument("--out", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--suite", action="append", default=[])
+    run.add_argument("--workload", required=True)
+    run.add_argument("--file", help="the suite file that defines the workload")
+    run.add_argument("--out", required=True)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--device", default="cpu")
+    run.add_argument("--repeats", type=int, default=None)
+    run.add_argument("--warmup", type=int, default=None)
+    run.add_argument("--no-save", dest="save", action="store_false")
+    run.add_argument("--report-module", action="append", default=[])
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        found = discover(parse_suites(args.suite))
+        Path(args.out).write_text(json.dumps(found, indent=1))
+        return 0
+    return execute(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
