@@ -1,0 +1,291 @@
+"""Build, cache and lock environments with uv (DESIGN.md, vocabulary: "environment").
+
+An environment is a uv venv in `<cache_dir>/envs/<id>/`, where the id is the hash of its spec. The spec is
+written into the venv last, once install, lock and fingerprint have succeeded, and a venv is reused only when
+that file matches (STYLE.md: "Mark a cache valid only once it is complete"). Anything else in its place is a
+half-built environment from a killed build: it is deleted and built again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from modelci.envs.fingerprint import collect, normalize, parse_lock
+from modelci.envs.pipconfig import IndexConfig
+from modelci.errors import HarnessError, UserError
+
+#: bump when the layout of an environment or the meaning of its spec changes: old environments then rebuild
+SPEC_SCHEMA = 1
+SPEC_FILE = "modelci-env.json"
+LOCK_FILE = "modelci-lock.txt"
+FINGERPRINT_FILE = "modelci-fingerprint.json"
+
+_ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz")
+
+
+@dataclass
+class EnvSpec:
+    """What an environment holds: requirements installed over a base interpreter, from the given indexes."""
+
+    requirements: list[str]
+    python: str = sys.executable
+    index: IndexConfig = field(default_factory=IndexConfig)
+
+    def __post_init__(self) -> None:
+        # uv runs in the cache folder, so relative paths must be made absolute while the user's cwd is known.
+        self.requirements = [_absolute_if_path(req) for req in self.requirements]
+        if os.sep in self.python:
+            self.python = os.path.abspath(self.python)
+
+    def to_json(self) -> dict:
+        """The canonical spec; local wheel files are included by content, so a rebuilt wheel gets a new id."""
+        files = {req: _sha256_file(req) for req in self.requirements if os.path.isfile(req)}
+        return {
+            "schema": SPEC_SCHEMA,
+            "requirements": list(self.requirements),
+            "python": self.python,
+            "index": self.index.to_json(),
+            "files": files,
+        }
+
+    def id(self) -> str:
+        """First 16 hex digits of the sha256 of the canonical spec JSON; the same spec gives the same id."""
+        return _digest(self.to_json())
+
+
+@dataclass
+class Environment:
+    """An environment ready to run workloads: its interpreter, exact pins (lock) and fingerprint."""
+
+    id: str
+    path: Path | None
+    python: Path
+    spec: EnvSpec | None
+    lock: str
+    fingerprint: dict
+    isolated: bool
+
+
+def ensure(spec: EnvSpec, cache_dir: Path, *, log: Callable[[str], object] = print) -> Environment:
+    """Return the cached environment for `spec`, building it if needed (uv venv + uv pip install).
+
+    Raises UserError when a requirement cannot be installed, and HarnessError when uv cannot be found.
+    """
+    cache_dir = Path(cache_dir).absolute()
+    spec_json = spec.to_json()
+    env_id = _digest(spec_json)
+    envs_dir = cache_dir / "envs"
+    envs_dir.mkdir(parents=True, exist_ok=True)
+    path = envs_dir / env_id
+    with _build_lock(envs_dir / f"{env_id}.lock", env_id, log):
+        env = _load(path, spec, spec_json, env_id)
+        if env is not None:
+            return env
+        if path.exists():
+            log(f"removing incomplete environment {path}")
+            shutil.rmtree(path)
+        return _build(path, spec, spec_json, env_id, cache_dir, log)
+
+
+def current(cache_dir: Path) -> Environment:
+    """The running interpreter as it is, without isolation (target `current`); id derives from its lock + python."""
+    cache_dir = Path(cache_dir).absolute()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    python = Path(sys.executable)
+    lock = _lock(find_uv(), python, cache_dir)
+    return Environment(
+        id=_digest({"python": str(python), "lock": lock}),
+        path=None,
+        python=python,
+        spec=None,
+        lock=lock,
+        fingerprint=collect(python, lock),
+        isolated=False,
+    )
+
+
+def installed_version(env: Environment, dist_name: str) -> str | None:
+    """The version of distribution `dist_name` pinned in the environment's lock, or None if absent."""
+    return parse_lock(env.lock).get(normalize(dist_name))
+
+
+def find_uv() -> str:
+    """The uv binary: MODELCI_UV if set, else the one from the `uv` package, else uv on PATH."""
+    explicit = os.environ.get("MODELCI_UV")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise HarnessError(f"MODELCI_UV={explicit} is not an executable uv binary; fix or unset it.")
+        return explicit
+    try:
+        import uv as uv_package
+
+        return uv_package.find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        pass
+    found = shutil.which("uv")
+    if found:
+        return found
+    raise HarnessError("uv was not found: install it with `pip install uv` (a dependency of modelci).")
+
+
+# --- building ---------------------------------------------------------------------------------------------
+
+
+def _build(
+    path: Path, spec: EnvSpec, spec_json: dict, env_id: str, cache_dir: Path, log: Callable[[str], object]
+) -> Environment:
+    uv = find_uv()
+    what = ", ".join(spec.requirements) or "no requirements"
+    log(f"building environment {env_id} ({what})")
+    start = time.monotonic()
+    try:
+        # No --seed: the environment holds the requirements and nothing else, not even pip.
+        proc = _run_uv(uv, ["venv", "--python", spec.python, "--no-project", str(path)], cache_dir)
+        if proc.returncode != 0:
+            raise UserError(
+                f"could not create environment {env_id} from python {spec.python}: {_uv_reason(proc.stderr)}\n"
+                "Point the environment's python at an existing interpreter."
+            )
+        python = _env_python(path)
+        if spec.requirements:
+            args = ["pip", "install", "--python", str(python), *spec.index.uv_args(), *spec.requirements]
+            proc = _run_uv(uv, args, cache_dir)
+            if proc.returncode != 0:
+                raise UserError(
+                    f"could not install {_culprits(spec.requirements, proc.stderr)} into environment {env_id}: "
+                    f"{_uv_reason(proc.stderr)}\n"
+                    "Check the requirement and where packages come from "
+                    "(`pip config list`, MODELCI_INDEX_URL, MODELCI_FIND_LINKS)."
+                )
+        lock = _lock(uv, python, cache_dir)
+        fingerprint = collect(python, lock)
+        (path / LOCK_FILE).write_text(lock)
+        (path / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+        # Last, and atomically: its presence is what marks the environment complete.
+        _write_atomic(path / SPEC_FILE, json.dumps(spec_json, indent=2, sort_keys=True) + "\n")
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    log(f"built environment {env_id} in {time.monotonic() - start:.1f}s")
+    return Environment(env_id, path, python, spec, lock, fingerprint, isolated=True)
+
+
+def _load(path: Path, spec: EnvSpec, spec_json: dict, env_id: str) -> Environment | None:
+    """The complete environment at `path` if its stored spec equals `spec_json`, else None."""
+    try:
+        stored = json.loads((path / SPEC_FILE).read_text())
+        lock = (path / LOCK_FILE).read_text()
+        fingerprint = json.loads((path / FINGERPRINT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    python = _env_python(path)
+    if stored != spec_json or not python.exists():
+        return None
+    return Environment(env_id, path, python, spec, lock, fingerprint, isolated=True)
+
+
+def _lock(uv: str, python: Path, cache_dir: Path) -> str:
+    """Exact pins of everything installed for `python`, one "name==version" per line, sorted by name."""
+    # `uv pip list`, not `uv pip freeze`: freeze prints "name @ file:///..." for local wheels, not pins.
+    proc = _run_uv(uv, ["pip", "list", "--python", str(python), "--format", "json"], cache_dir)
+    if proc.returncode != 0:
+        raise HarnessError(f"could not list the packages of {python}: {_uv_reason(proc.stderr)}")
+    packages = json.loads(proc.stdout or "[]")
+    pins = sorted((normalize(pkg["name"]), pkg["version"]) for pkg in packages)
+    return "".join(f"{name}=={version}\n" for name, version in pins)
+
+
+@contextmanager
+def _build_lock(lock_path: Path, env_id: str, log: Callable[[str], object]) -> Iterator[None]:
+    """Hold an exclusive lock on `lock_path`: of two processes building one environment, one waits."""
+    # The lock file is left in place: deleting it would let a third process lock a different inode.
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for environment {env_id}: another process is building it")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- uv ---------------------------------------------------------------------------------------------------
+
+
+def _run_uv(uv: str, args: list[str], cache_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    # Runs share uv's cache, but a user's own UV_CACHE_DIR wins.
+    env.setdefault("UV_CACHE_DIR", str(cache_dir / "uv-cache"))
+    env["NO_COLOR"] = "1"  # plain "error:" / "cause:" lines, which _uv_reason reads
+    try:
+        # cwd=cache_dir: the project around the user's cwd (pyproject, uv.toml) must not steer the build.
+        return subprocess.run([uv, *args], capture_output=True, text=True, cwd=cache_dir, env=env)
+    except OSError as exc:
+        raise HarnessError(f"could not run uv ({uv}): {exc}") from exc
+
+
+def _uv_reason(stderr: str) -> str:
+    """The meaningful lines of uv's stderr: from its first "error:" on, at most six of them."""
+    lines = [line.strip().lstrip("×╰─▶│ ").strip() for line in stderr.splitlines()]
+    lines = [line for line in lines if line]
+    starts = [i for i, line in enumerate(lines) if line.startswith("error:")]
+    reason = lines[starts[0] :] if starts else lines[-4:]
+    if reason:
+        reason[0] = reason[0].removeprefix("error:").strip()  # the caller's message already says it failed
+    return "\n  ".join(reason[:6]) or "uv failed without a message"
+
+
+def _culprits(requirements: list[str], stderr: str) -> str:
+    """The requirements uv's message names, or all of them when it names none."""
+    named = [req for req in requirements if req in stderr or _requirement_name(req) in stderr]
+    return ", ".join(named or requirements)
+
+
+def _requirement_name(req: str) -> str:
+    for stop in "<>=!~;[@ ":
+        req = req.split(stop, 1)[0]
+    return req.strip() or "\0"  # "\0" never appears in stderr, so an empty name matches nothing
+
+
+# --- small helpers ----------------------------------------------------------------------------------------
+
+
+def _env_python(path: Path) -> Path:
+    return path / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _absolute_if_path(req: str) -> str:
+    looks_like_path = os.sep in req or req.endswith(_ARCHIVE_SUFFIXES)
+    return os.path.abspath(req) if looks_like_path and os.path.exists(req) else req
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _digest(obj: dict) -> str:
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
