@@ -1,0 +1,75 @@
+"""The curve check: a per-step series such as the training loss against the baseline's (DESIGN.md, "Comparisons").
+
+Training compounds rounding differences, so the tolerance may grow with the step (`curve_growth`). The check
+reports the first step that leaves the tolerance and the final values, which is what a person looks at first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from modelci.checks.policy import Finding, Policy, json_number
+
+
+def curve_tolerance(baseline: np.ndarray, policy: Policy) -> np.ndarray:
+    """Allowed absolute difference at each step: (atol + rtol*|base|) * (1 + growth*step), never tighter
+    than the calibrated noise (noise_rtol*|base|)."""
+    steps = np.arange(baseline.size, dtype=np.float64)
+    magnitude = np.abs(baseline)
+    tolerance = (policy.curve_atol + policy.curve_rtol * magnitude) * (1.0 + policy.curve_growth * steps)
+    return np.maximum(tolerance, policy.noise_rtol * magnitude)
+
+
+def check_curve(
+    name: str, baseline: Sequence[float], current: Sequence[float], policy: Policy, check: str = "curve"
+) -> Finding:
+    """Compare two curves step by step over their common length; a step outside the tolerance, or a change in
+    length, is a regression. Curves have no improvement: a lower loss after a change is as suspect as a higher."""
+    base = np.asarray(baseline, dtype=np.float64)
+    cur = np.asarray(current, dtype=np.float64)
+    common = min(base.size, cur.size)
+    a, b = base[:common], cur[:common]
+    with np.errstate(all="ignore"):  # inf - inf and x / 0 are masked below
+        tolerance = curve_tolerance(a, policy)
+        both_nan = np.isnan(a) & np.isnan(b)
+        diff = np.abs(a - b)
+        # NaN at the same step on both sides counts as equal; a NaN on one side always diverges
+        equal = (a == b) | both_nan
+        diverged = ~equal & ~(diff <= tolerance)
+        finite = np.isfinite(a) & np.isfinite(b) & (a != 0)
+        rel = np.where(finite, diff / np.abs(a), 0.0)
+    first = int(np.argmax(diverged)) if diverged.any() else None
+    numbers: dict[str, Any] = {
+        "first_diverging_step": first,
+        "max_rel_diff": json_number(rel.max()) if rel.size else 0.0,
+        "final_baseline": json_number(base[-1]) if base.size else None,
+        "final_current": json_number(cur[-1]) if cur.size else None,
+        "steps_compared": int(common),
+        "length_baseline": int(base.size),
+        "length_current": int(cur.size),
+        "length_mismatch": bool(base.size != cur.size),
+    }
+    if first is not None:
+        numbers["baseline_at_first"] = json_number(a[first])
+        numbers["current_at_first"] = json_number(b[first])
+        numbers["tolerance_at_first"] = json_number(tolerance[first])
+    final = f"final {_value(cur)} vs {_value(base)} baseline"
+    if first is not None:
+        verdict = "regression"
+        message = f"{name} diverges from step {first} ({b[first]:.6g} vs {a[first]:.6g}); {final}"
+    elif base.size != cur.size:
+        verdict = "regression"
+        message = f"{name} has {cur.size} steps, baseline {base.size}; {final}"
+    else:
+        verdict = "ok"
+        max_rel = numbers["max_rel_diff"] or 0.0
+        message = f"{name} within tolerance over {common} steps (max_rel {max_rel:.2e}); {final}"
+    return Finding(check, name, verdict, numbers, message, gating=policy.active)
+
+
+def _value(values: np.ndarray) -> str:
+    """The last value of a curve, for a message."""
+    return f"{values[-1]:.6g}" if values.size else "none"

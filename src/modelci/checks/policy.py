@@ -1,0 +1,115 @@
+"""What the checks judge by (Policy) and what they produce (Finding).
+
+Both live here, apart from the checks themselves, so that every check module can import them without a cycle
+through `modelci.checks`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelci.errors import UserError
+
+#: verdicts a finding can carry
+VERDICTS = ("ok", "regression", "improvement", "new")
+
+
+@dataclass
+class Finding:
+    """One comparison of one metric or output against the baseline, with its verdict and the numbers behind it."""
+
+    check: str  # "status" | "precision" | "curve" | "timing" | "memory" | "metric"
+    metric: str  # "status", "output:<name>", "loss", "time.train", "mem.peak_rss", user metric names
+    verdict: str  # "ok" | "regression" | "improvement" | "new"
+    numbers: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    #: False when the policy says report-only; a non-gating regression must not fail a run
+    gating: bool = True
+
+
+@dataclass
+class Policy:
+    """How strictly one metric is judged; the defaults are those of DESIGN.md ("Comparisons")."""
+
+    timing_factor: float = 1.10
+    memory_factor: float = 1.10
+    #: smaller absolute memory differences never count: allocators and page rounding move RSS by a few MiB
+    memory_floor_bytes: int = 8 * 2**20
+    #: significance level of the one-sided Mann-Whitney U test
+    alpha: float = 0.05
+    #: None -> the dtype-aware default of the baseline output (see precision.default_tolerance)
+    rtol: float | None = None
+    atol: float | None = None
+    curve_rtol: float = 1e-5
+    curve_atol: float = 1e-8
+    #: tolerance at step s = base * (1 + curve_growth * s): rounding differences compound over training
+    curve_growth: float = 0.0
+    #: floor from calibrate: a tolerance is never tighter than the measured run-to-run noise
+    noise_rtol: float = 0.0
+    #: measured timing CV; above max_timing_cv timing is reported, not gated
+    noise_cv: float | None = None
+    max_timing_cv: float = 0.05
+    #: timing differences of the medians below this many seconds never count: at sub-millisecond scale the
+    #: scheduler and the timer decide, not the code under test
+    timing_floor_s: float = 1e-3
+    #: False -> findings are reported with gating=False
+    active: bool = True
+    #: user metrics (`accuracy`, ...) are compared with this factor on their medians
+    metric_factor: float = 1.10
+    #: user metrics are report-only unless this is set: their meaning is the author's, not modelci's
+    gate_user_metrics: bool = False
+    #: None -> guessed from the name: higher is better when it contains "acc"
+    higher_is_better: bool | None = None
+
+    def with_overrides(self, overrides: Mapping[str, Any], where: str = "") -> Policy:
+        """A copy with some fields replaced; an unknown key is a UserError naming `where` (file and key)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise UserError(
+                f"{where or 'policy'}: unknown check setting(s) {', '.join(unknown)}; "
+                f"known settings are {', '.join(sorted(known))}"
+            )
+        return dataclasses.replace(self, **dict(overrides))
+
+
+def policy_for(
+    overrides: Mapping[str, Mapping[str, Any]] | None = None, default: Policy | None = None
+) -> Callable[[str], Policy]:
+    """A `policy(metric_name)` lookup: every glob pattern matching the name (e.g. "time.*", "output:logits")
+    applies its overrides on top of `default`, in the order given, so later patterns win."""
+    base = default or Policy()
+    table = list((overrides or {}).items())
+    # validate eagerly so a typo in the config fails at load time, not in the middle of a run
+    for pattern, values in table:
+        base.with_overrides(values, where=pattern)
+
+    def lookup(metric: str) -> Policy:
+        policy = base
+        for pattern, values in table:
+            if fnmatch.fnmatchcase(metric, pattern):
+                policy = policy.with_overrides(values, where=pattern)
+        return policy
+
+    return lookup
+
+
+def regressed(findings: Iterable[Finding]) -> bool:
+    """True when any gating finding is a regression; this is what turns a run's exit code to 1."""
+    return any(f.gating and f.verdict == "regression" for f in findings)
+
+
+def json_number(value: Any) -> float | int | None:
+    """A float or int that JSON can carry: NaN and infinities become None (strict JSON cannot spell them)."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral):  # numpy integers too; a float would round a large ULP count
+        return int(value)
+    value = float(value)
+    return value if math.isfinite(value) else None
