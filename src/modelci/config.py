@@ -1,0 +1,226 @@
+"""Configuration: `modelci.toml` or `[tool.modelci]` in pyproject.toml, `MODELCI_*` variables, CLI flags.
+
+Each option is declared once, with its type, default, variable and help (STYLE.md, nox `_option_set`).
+Precedence is CLI > environment > file > default, and `Config.sources` says where each value came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from modelci.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Option:
+    """One top-level option: its name (the config key), type, default, environment variable and help."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str:
+        """The environment variable that sets it."""
+        return "MODELCI_" + self.name.upper()
+
+
+OPTIONS = [
+    Option("db", str, ".modelci/history.db", "history database: a SQLite file path or a SQLAlchemy URL"),
+    Option("artifacts", str, ".modelci/artifacts", "artifact store: a folder or any fsspec URL (s3://bucket/prefix)"),
+    Option("cache_dir", str, "~/.cache/modelci", "where environments and built wheels are cached"),
+    Option("runner", str, socket.gethostname(), "runner label stored with every run (e.g. ci-cpu)"),
+    Option("timeout", float, 1800.0, "seconds one workload may take before it is killed and marked timeout"),
+    Option("seed", int, 0, "seed handed to every workload"),
+    Option("repeats", int, 0, "timed inference repeats per workload (0: the workload's own setting)"),
+    Option("python", str, sys.executable, "base interpreter for the environments"),
+    Option("suites", list, [], "default suites when --suite is not given (folders or zoo:NAME)"),
+]
+OPTION_BY_NAME = {o.name: o for o in OPTIONS}
+PATH_OPTIONS = ("db", "artifacts")
+
+
+@dataclass
+class Config:
+    """The resolved configuration. `sources[name]` is "default", "file:PATH", "env:VAR" or "cli"."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+    checks: dict[str, Any] = field(default_factory=dict)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
+    file: Path | None = None
+    root: Path = field(default_factory=Path.cwd)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def policy_for(self, workload: str) -> Callable[[str], Any]:
+        """A function metric -> Policy for one workload: the [checks] defaults, then matching overrides in order."""
+        from modelci.checks import Policy
+
+        def policy(metric: str) -> Any:
+            settings = dict(self.checks)
+            for entry in self.overrides:
+                if fnmatch.fnmatchcase(workload, entry.get("workload", "*")) and fnmatch.fnmatchcase(
+                    metric, entry.get("metric", "*")
+                ):
+                    settings.update({k: v for k, v in entry.items() if k not in ("workload", "metric")})
+            return Policy(**settings)
+
+        return policy
+
+
+def find_file(start: Path) -> tuple[Path | None, dict[str, Any]]:
+    """The config file in `start`: modelci.toml, else pyproject.toml with a [tool.modelci] table."""
+    for name in ("modelci.toml", "pyproject.toml"):
+        path = start / name
+        if path.is_file():
+            data = read_toml(path)
+            if name == "modelci.toml":
+                return path, data
+            if "modelci" in data.get("tool", {}):
+                return path, data["tool"]["modelci"]
+    return None, {}
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error names the file and the line."""
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML ({exc}); fix the file or pass --config") from None
+    except OSError as exc:
+        raise UserError(f"cannot read config file {path}: {exc.strerror}") from None
+
+
+def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = None, cwd: Path | None = None,
+         environ: dict[str, str] | None = None) -> Config:
+    """Resolve the configuration with precedence CLI > environment > file > default."""
+    cwd = cwd or Path.cwd()
+    environ = os.environ if environ is None else environ
+    if config_file:
+        path: Path | None = Path(config_file)
+        if not path.is_file():
+            raise UserError(f"config file {config_file} does not exist")
+        data = read_toml(path)
+        if path.name == "pyproject.toml":
+            data = data.get("tool", {}).get("modelci", {})
+    else:
+        path, data = find_file(cwd)
+    where = str(path) if path else "config"
+    root = path.parent.resolve() if path else cwd.resolve()
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for option in OPTIONS:
+        values[option.name], sources[option.name] = option.default, "default"
+    known = set(OPTION_BY_NAME) | {"checks", "overrides"}
+    for key, value in data.items():
+        if key not in known:
+            raise UserError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
+        if key in OPTION_BY_NAME:
+            values[key], sources[key] = coerce(OPTION_BY_NAME[key], value, f"{where}: key {key!r}"), f"file:{path}"
+    for option in OPTIONS:
+        if option.env in environ and environ[option.env] != "":
+            raw = environ[option.env]
+            value = raw.split(",") if option.type is list else raw
+            values[option.name] = coerce(option, value, f"environment variable {option.env}")
+            sources[option.name] = f"env:{option.env}"
+    for key, value in (cli or {}).items():
+        if value is not None:
+            values[key], sources[key] = coerce(OPTION_BY_NAME[key], value, f"option --{key.replace('_', '-')}"), "cli"
+    for key in PATH_OPTIONS:
+        if "://" not in values[key]:
+            values[key] = str((root / Path(values[key]).expanduser()).resolve())
+    values["cache_dir"] = str(Path(values["cache_dir"]).expanduser())
+    checks = validate_policy(data.get("checks", {}), f"{where}: [checks]")
+    overrides = validate_overrides(data.get("overrides", []), where)
+    return Config(values=values, sources=sources, checks=checks, overrides=overrides, file=path, root=root)
+
+
+def coerce(option: Option, value: Any, where: str) -> Any:
+    """Convert a value to the option's type, or raise a UserError naming where it came from."""
+    try:
+        if option.type is list:
+            if isinstance(value, str) or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise TypeError
+            return list(value)
+        if option.type is str:
+            if not isinstance(value, str):
+                raise TypeError
+            return value
+        if isinstance(value, bool):
+            raise TypeError
+        return option.type(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{where} must be {_type_name(option.type)}, got {value!r}") from None
+
+
+def _type_name(kind: Any) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+            list: "a list of strings"}.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+def policy_fields() -> dict[str, Any]:
+    """Name -> type of every check setting a config may set."""
+    from modelci.checks import Policy
+
+    return {f.name: f.type for f in dataclasses.fields(Policy)}
+
+
+def validate_policy(table: Any, where: str) -> dict[str, Any]:
+    """Check a table of check settings: known keys and the right types."""
+    if not isinstance(table, dict):
+        raise UserError(f"{where} must be a table of check settings")
+    fields = policy_fields()
+    checked = {}
+    for key, value in table.items():
+        if key not in fields:
+            raise UserError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(fields))}")
+        kind = str(fields[key])
+        if "bool" in kind:
+            ok = isinstance(value, bool)
+        elif "int" in kind and "float" not in kind:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ok:
+            raise UserError(f"{where}: key {key!r} must be {kind.replace(' | None', '')}, got {value!r}")
+        checked[key] = value
+    return checked
+
+
+def validate_overrides(entries: Any, where: str) -> list[dict[str, Any]]:
+    """Check the [[overrides]] entries: each has a workload and/or metric pattern and check settings."""
+    if not isinstance(entries, list):
+        raise UserError(f"{where}: 'overrides' must be an array of tables ([[overrides]])")
+    checked = []
+    for number, entry in enumerate(entries, 1):
+        label = f"{where}: [[overrides]] entry {number}"
+        if not isinstance(entry, dict):
+            raise UserError(f"{label} must be a table")
+        patterns = {k: entry[k] for k in ("workload", "metric") if k in entry}
+        for key, value in patterns.items():
+            if not isinstance(value, str):
+                raise UserError(f"{label}: key {key!r} must be a string pattern, got {value!r}")
+        if not patterns:
+            raise UserError(f"{label} needs a 'workload' or 'metric' pattern")
+        settings = validate_policy({k: v for k, v in entry.items() if k not in patterns}, label)
+        checked.append({**patterns, **settings})
+    return checked

@@ -1,0 +1,180 @@
+"""The local executor: one fresh process per workload, with a timeout and crash capture.
+
+The child sees the environment's own site-packages plus a folder holding only the `modelci`
+package (DESIGN.md: a PYTHONPATH that points at the harness's site-packages would silently test the
+harness's numpy instead of the target's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import modelci
+from modelci.errors import HarnessError
+from modelci.records import Metric, Result
+
+STDERR_TAIL_CHARS = 4000
+
+
+@dataclass
+class WorkloadInfo:
+    """A workload as discovery found it inside the environment."""
+
+    id: str
+    name: str
+    suite: str
+    file: str
+    framework: str
+    domain: str
+    steps: int
+    formats: list[str]
+    devices: int
+    requires: list[str]
+    code_hash: str
+    cls: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "WorkloadInfo":
+        """Build from the child's discovery record."""
+        return cls(
+            id=data["id"], name=data["name"], suite=data["suite"], file=data["file"], framework=data["framework"],
+            domain=data["domain"], steps=data["steps"], formats=data["formats"], devices=data["devices"],
+            requires=data["requires"], code_hash=data["code_hash"], cls=data.get("class", ""),
+        )
+
+
+def shim_dir(root: Path) -> Path:
+    """A folder that holds only a link to the `modelci` package, to put on the child's PYTHONPATH."""
+    package = Path(modelci.__file__).resolve().parent
+    shim = root / "shim"
+    shim.mkdir(parents=True, exist_ok=True)
+    link = shim / "modelci"
+    if not link.exists():
+        link.symlink_to(package, target_is_directory=True)
+    return shim
+
+
+def child_env(shim: Path, seed: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: ours minus anything that would leak the harness's packages into it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")}
+    env.update(PYTHONPATH=str(shim), PYTHONNOUSERSITE="1", PYTHONHASHSEED=str(seed), PYTHONFAULTHANDLER="1")
+    env.update(extra or {})
+    return env
+
+
+def tail(path: Path, limit: int = STDERR_TAIL_CHARS) -> str:
+    """The last `limit` characters of a log file, starting at a line boundary."""
+    if not path.exists():
+        return ""
+    text = path.read_bytes()[-limit * 2 :].decode("utf-8", "replace")
+    if len(text) > limit:
+        text = text[-limit:]
+        text = text[text.find("\n") + 1 :] if "\n" in text else text
+    return text.strip()
+
+
+def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float) -> tuple[int | None, float]:
+    """Run a child in its own process group; returns (exit code or None on timeout, seconds).
+
+    Its own session means a Ctrl-C at the terminal reaches only the parent, which then kills the
+    child and stores what it has (DESIGN.md: an interrupted run is stored, marked interrupted).
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log_dir / "stdout.txt", "wb") as out, open(log_dir / "stderr.txt", "wb") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        except BaseException:
+            _kill(proc)
+            raise
+        if code is None:
+            _kill(proc)
+    return code, time.monotonic() - start
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def discover(python: Path, suites: dict[str, Path], scratch: Path, timeout: float = 300) -> dict[str, Any]:
+    """Run discovery inside the environment; returns the child's JSON (workloads and per-file errors)."""
+    out = scratch / "discovery.json"
+    cmd = [str(python), "-m", "modelci.workload.child", "list", "--out", str(out)]
+    cmd += [arg for name, folder in suites.items() for arg in ("--suite", f"{name}={folder}")]
+    code, _ = spawn(cmd, child_env(shim_dir(scratch), 0), scratch / "discovery", timeout)
+    if code != 0 or not out.exists():
+        raise HarnessError(
+            f"workload discovery failed inside the environment ({python}); its stderr ends with:\n"
+            + (tail(scratch / "discovery" / "stderr.txt", 1500) or "(nothing)")
+        )
+    return json.loads(out.read_text())
+
+
+def run_workload(
+    python: Path,
+    suites: dict[str, Path],
+    workload: WorkloadInfo,
+    scratch: Path,
+    *,
+    seed: int = 0,
+    timeout: float = 1800,
+    repeats: int | None = None,
+    save: bool = True,
+) -> Result:
+    """Execute one workload in a fresh process and turn whatever happened into a Result."""
+    out = Path(tempfile.mkdtemp(prefix=workload.name[:40] + "-", dir=scratch))
+    cmd = [str(python), "-m", "modelci.workload.child", "run", "--workload", workload.id, "--file", workload.file,
+           "--out", str(out), "--seed", str(seed)]
+    cmd += [arg for name, folder in suites.items() for arg in ("--suite", f"{name}={folder}")]
+    if repeats is not None:
+        cmd += ["--repeats", str(repeats)]
+    if not save:
+        cmd.append("--no-save")
+    code, seconds = spawn(cmd, child_env(shim_dir(scratch), seed), out, timeout)
+    stderr = tail(out / "stderr.txt")
+    base = dict(workload=workload.id, code_hash=workload.code_hash, framework=workload.framework,
+                domain=workload.domain, duration=seconds, stderr_tail=stderr)
+    if code is None:
+        return Result(status="timeout", reason=f"no result after {timeout:g} s; the process was killed", **base)
+    result_file = out / "result.json"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        return Result(status="crashed", reason=f"killed by signal {name}", **base)
+    if code != 0 or not result_file.exists():
+        return Result(status="crashed", reason=f"the process exited with code {code} before writing its result", **base)
+    return load_child_result(json.loads(result_file.read_text()), out, base)
+
+
+def load_child_result(data: dict[str, Any], out: Path, base: dict[str, Any]) -> Result:
+    """Turn the child's result.json and .npy files into a Result."""
+    metrics = {name: Metric(name=name, kind=m["kind"], unit=m.get("unit", ""), values=list(m["values"]))
+               for name, m in data.get("metrics", {}).items()}
+    outputs = {name: np.load(out / entry["file"], allow_pickle=False) for name, entry in data.get("outputs", {}).items()}
+    info = dict(data.get("info", {}))
+    info["saved"] = [dict(entry, path=str(out / entry["path"])) if entry.get("path") else entry
+                     for entry in data.get("saved", [])]
+    return Result(status=data["status"], reason=data.get("reason", ""), traceback=data.get("traceback", ""),
+                  metrics=metrics, outputs=outputs, info=info, **base)
+
+
+def python_of(env_python: Path | None) -> Path:
+    """The interpreter to run children with: the environment's, or ours for the `current` target."""
+    return Path(env_python) if env_python else Path(sys.executable)

@@ -1,0 +1,286 @@
+"""Console output: progress while running, and the tables of `run`, `compare`, `history` and `show`.
+
+On a terminal long work shows a live progress bar; elsewhere (CI logs) it prints one plain line per
+event (DESIGN.md, "Conventions").
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+from rich.table import Table
+
+STATUS_STYLE = {"ok": "green", "skipped": "yellow", "failed": "red", "crashed": "red", "timeout": "red",
+                "error": "red"}
+VERDICT_STYLE = {"ok": "green", "regression": "bold red", "improvement": "cyan", "new": "blue"}
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console; colour only on a terminal, no wrapping of long lines in logs."""
+    stream = sys.stderr if stderr else sys.stdout
+    # in a CI log there is no terminal width: use a wide one rather than cutting workload names
+    width = None if stream.isatty() else 160
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+class Progress:
+    """Progress of a run: a live bar on a terminal, plain lines otherwise."""
+
+    def __init__(self, quiet: bool = False):
+        self.out = console(stderr=True)
+        self.quiet = quiet
+        self.live = self.out.is_terminal and not quiet
+        self.bar: RichProgress | None = None
+        self.task: Any = None
+        self.count = 0
+        self.total = 0
+
+    def note(self, text: str) -> None:
+        """A one-line message about the harness's own work (building an environment, …)."""
+        if not self.quiet:
+            self.out.print(f"[dim]{escape(text)}[/]")
+
+    def start(self, total: int) -> None:
+        """Begin a sequence of `total` workloads."""
+        self.count, self.total = 0, total
+        if self.live and total:
+            self.bar = RichProgress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                    MofNCompleteColumn(), TimeElapsedColumn(), console=self.out, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("running", total=total)
+
+    def begin(self, workload: str) -> None:
+        """A workload starts."""
+        if self.bar is not None:
+            self.bar.update(self.task, description=escape(workload))
+
+    def done(self, workload: str, result: Any, reused: bool = False) -> None:
+        """A workload finished (or was reused from the history)."""
+        self.count += 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+        if self.quiet:
+            return
+        style = STATUS_STYLE.get(result.status, "")
+        how = "reused from history" if reused else f"{result.duration:.1f}s"
+        reason = f" - {result.reason.splitlines()[0]}" if result.reason and result.status != "ok" else ""
+        self.out.print(f"[{self.count}/{self.total}] {escape(workload)} [{style}]{result.status}[/] ({how})"
+                       f"{escape(reason)}")
+
+    def stop(self) -> None:
+        """End the sequence."""
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        return f"{value / 2**20:.1f} MiB"
+    if unit == "s":
+        return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.3f} s"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _median(result: Any, name: str) -> Any:
+    metric = result.metrics.get(name) if result else None
+    return metric.median if metric else None
+
+
+def render_run(outcome: Any, out: Console) -> None:
+    """The summary of one run: a row per result, then every finding that is not ok."""
+    target = outcome.target
+    run = f"run {outcome.run_id}" if outcome.run_id else "no new run (all results reused)"
+    out.print(f"[bold]{run}[/] · target [bold]{escape(target.label)}[/] · environment {outcome.environment.id} · "
+              f"runner {escape(outcome.runner)}")
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("workload", "status", "train (median step)", "infer (median)", "peak RSS", "baseline", "verdict"):
+        table.add_column(column)
+    for comparison in outcome.comparisons:
+        result = comparison.result
+        base = comparison.baseline
+        table.add_row(
+            escape(result.workload), f"[{STATUS_STYLE.get(result.status, '')}]{result.status}[/]",
+            _fmt(_median(result, "time.train"), "s"), _fmt(_median(result, "time.infer"), "s"),
+            _fmt(_median(result, "mem.peak_rss"), "bytes"),
+            f"result {base.id}" if base is not None else "none yet",
+            _verdict_summary(comparison.findings),
+        )
+    out.print(table)
+    render_problems(outcome.comparisons, out)
+
+
+def _verdict_summary(findings: list[Any]) -> str:
+    worst = [f for f in findings if f.verdict == "regression" and f.gating]
+    if worst:
+        return f"[bold red]{len(worst)} regression{'s' * (len(worst) > 1)}[/]"
+    if any(f.verdict == "new" for f in findings):
+        return "[blue]new[/]"
+    if any(f.verdict == "improvement" for f in findings):
+        return "[cyan]improved[/]"
+    return "[green]ok[/]"
+
+
+def render_problems(comparisons: list[Any], out: Console) -> None:
+    """Failures with their reason and stderr tail, then findings that are not ok."""
+    for comparison in comparisons:
+        result = comparison.result
+        if result.status not in ("ok", "skipped"):
+            out.print(f"\n[red]{escape(result.workload)}: {result.status}[/] - {escape(result.reason)}")
+            detail = result.traceback or result.stderr_tail
+            if detail:
+                out.print("[dim]" + escape("\n".join(detail.strip().splitlines()[-12:])) + "[/]")
+        for finding in comparison.findings:
+            if finding.verdict in ("regression", "improvement"):
+                gate = "" if finding.gating else " (reported only)"
+                out.print(f"[{VERDICT_STYLE[finding.verdict]}]{finding.verdict}[/]{gate} {escape(result.workload)} "
+                          f"{finding.check}/{escape(finding.metric)}: {escape(finding.message)}")
+    if comparisons and all(c.baseline is None for c in comparisons):
+        out.print("\nno baseline yet for these workloads on this runner: this run becomes the reference; it passes "
+                  "unless a workload failed.")
+
+
+def render_compare(outcome: Any, out: Console) -> None:
+    """One table for `compare A B`: per workload and metric, A, B, the ratio or error statistics, the verdict."""
+    out.print(f"[bold]compare[/] A = {escape(outcome.a.target.label)} (env {outcome.a.environment.id}) · "
+              f"B = {escape(outcome.b.target.label)} (env {outcome.b.environment.id})")
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("workload", "check", "metric", "A", "B", "ratio / error", "verdict"):
+        table.add_column(column)
+    for comparison in outcome.comparisons:
+        for finding in comparison.findings:
+            a, b, stat = _compare_cells(finding)
+            gate = "" if finding.gating else " (report only)"
+            table.add_row(escape(comparison.result.workload), finding.check, escape(finding.metric), a, b, stat,
+                          f"[{VERDICT_STYLE.get(finding.verdict, '')}]{finding.verdict}[/]{gate}")
+    out.print(table)
+    render_problems(outcome.comparisons, out)
+
+
+def _compare_cells(finding: Any) -> tuple[str, str, str]:
+    n = finding.numbers or {}
+    if finding.check == "status":
+        return str(n.get("baseline", "-")), str(n.get("current", "-")), ""
+    if finding.check in ("timing", "memory"):
+        unit = "s" if finding.check == "timing" else "bytes"
+        ratio = n.get("ratio")
+        p = n.get("p_value")
+        stat = (f"{ratio:.3f}x" if isinstance(ratio, (int, float)) else "-") + (
+            f" p={p:.3g}" if isinstance(p, (int, float)) else "")
+        return _fmt(n.get("baseline_median"), unit), _fmt(n.get("current_median"), unit), stat
+    if finding.check == "precision":
+        parts = [f"{k}={n[k]:.3g}" for k in ("max_abs", "max_rel") if isinstance(n.get(k), (int, float))]
+        if isinstance(n.get("max_ulp"), (int, float)):
+            parts.append(f"ulp={n['max_ulp']:.0f}")
+        return "", "", " ".join(parts)
+    if finding.check == "curve":
+        step = n.get("first_diverging_step")
+        return (_fmt(n.get("final_baseline")), _fmt(n.get("final_current")),
+                f"diverges at step {step}" if step is not None else "")
+    return "", "", ""
+
+
+def render_history(rows: list[dict[str, Any]], metric: str, out: Console) -> None:
+    """One series across the history."""
+    table = Table(show_edge=False, pad_edge=False, title=f"{metric}")
+    for column in ("run", "date", "runner", "target", "status", "median", "min", "max", "final"):
+        table.add_column(column)
+    unit = "s" if metric.startswith("time.") else "bytes" if metric.startswith("mem.") else ""
+    for row in rows:
+        table.add_row(str(row["id"]), row["started_at"].strftime("%Y-%m-%d %H:%M"), escape(row["runner"]),
+                      escape(_target_label(row)), row["status"], _fmt(row["median"], unit), _fmt(row["minimum"], unit),
+                      _fmt(row["maximum"], unit), _fmt(row["final"], unit))
+    out.print(table)
+
+
+def _target_label(row: dict[str, Any]) -> str:
+    if row["kind"] == "current":
+        return "current"
+    text = f"{row['name']}=={row['version']}"
+    if row.get("commit"):
+        text += f"@{row['commit'][:10]}"
+    elif row.get("wheel_sha256"):
+        text += f" (wheel {row['wheel_sha256'][:8]})"
+    return text
+
+
+def render_workloads(rows: list[dict[str, Any]], runs: list[Any], out: Console) -> None:
+    """The workloads in the history with their latest status, then the recent runs."""
+    table = Table(show_edge=False, pad_edge=False, title="workloads")
+    for column in ("workload", "latest status", "latest run", "runner", "target", "results"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(escape(row["workload"]), f"[{STATUS_STYLE.get(row['status'], '')}]{row['status']}[/]",
+                      str(row["id"]), escape(row["runner"]), escape(_target_label(row)), str(row["results"]))
+    out.print(table)
+    recent = Table(show_edge=False, pad_edge=False, title="recent runs")
+    for column in ("run", "date", "runner", "target", "status"):
+        recent.add_column(column)
+    for run in runs:
+        recent.add_row(str(run.id), run.started_at.strftime("%Y-%m-%d %H:%M"), escape(run.runner),
+                       escape(_target_label({"kind": run.target.kind, "name": run.target.name,
+                                             "version": run.target.version, "commit": run.target.commit,
+                                             "wheel_sha256": run.target.wheel_sha256})), run.status)
+    out.print(recent)
+
+
+def render_show(stored: Any, out: Console) -> None:
+    """A stored run: its target, environment, and every result with its findings."""
+    row = stored.row
+    label = _target_label({"kind": row.target.kind, "name": row.target.name, "version": row.target.version,
+                           "commit": row.target.commit, "wheel_sha256": row.target.wheel_sha256})
+    out.print(f"[bold]run {row.id}[/] · {row.status} · target [bold]{escape(label)}[/] · runner {escape(row.runner)} · "
+              f"{row.started_at:%Y-%m-%d %H:%M:%S}")
+    env = row.environment
+    fp = env.fingerprint or {}
+    out.print(f"environment {env.id} ({'isolated' if env.isolated else 'not isolated'}): python {fp.get('python', '?')}"
+              f" on {escape(str(fp.get('platform', '?')))}, {len(env.lock.splitlines())} packages locked")
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("result", "workload", "status", "train (median step)", "infer (median)", "peak RSS", "findings"):
+        table.add_column(column)
+    for result in stored.results:
+        findings = result.info.get("findings", [])
+        bad = [f for f in findings if f["verdict"] == "regression" and f["gating"]]
+        summary = f"[bold red]{len(bad)} regression(s)[/]" if bad else ("[blue]new[/]" if any(
+            f["verdict"] == "new" for f in findings) else "[green]ok[/]" if findings else "-")
+        table.add_row(str(result.id), escape(result.workload),
+                      f"[{STATUS_STYLE.get(result.status, '')}]{result.status}[/]",
+                      _fmt(_median(result, "time.train"), "s"), _fmt(_median(result, "time.infer"), "s"),
+                      _fmt(_median(result, "mem.peak_rss"), "bytes"), summary)
+    out.print(table)
+    for result in stored.results:
+        if result.status not in ("ok", "skipped"):
+            out.print(f"\n[red]{escape(result.workload)}: {result.status}[/] - {escape(result.reason)}")
+            detail = result.traceback or result.stderr_tail
+            if detail:
+                out.print("[dim]" + escape("\n".join(detail.strip().splitlines()[-12:])) + "[/]")
+        for finding in result.info.get("findings", []):
+            if finding["verdict"] in ("regression", "improvement"):
+                out.print(f"{finding['verdict']} {escape(result.workload)} {finding['check']}/"
+                          f"{escape(finding['metric'])}: {escape(finding['message'])}")
+
+
+def render_config(cfg: Any, out: Console) -> None:
+    """Every option with its value and where the value came from."""
+    from modelci.config import OPTIONS
+
+    table = Table(show_edge=False, pad_edge=False, title=f"config file: {cfg.file or 'none'}")
+    for column in ("option", "value", "source", "variable", "help"):
+        table.add_column(column)
+    for option in OPTIONS:
+        table.add_row(option.name, escape(str(cfg.values[option.name])), escape(cfg.sources[option.name]),
+                      option.env, escape(option.help))
+    out.print(table)
+    if cfg.checks:
+        out.print("[bold]checks[/] " + ", ".join(f"{k}={v}" for k, v in cfg.checks.items()))
+    for entry in cfg.overrides:
+        out.print("[bold]override[/] " + ", ".join(f"{k}={v}" for k, v in entry.items()))

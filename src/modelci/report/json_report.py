@@ -1,0 +1,72 @@
+"""The versioned JSON report that scripts read (`--json FILE`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+#: bump on any change that breaks a reader; readers check it
+SCHEMA = "modelci.report/1"
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as strings so the file stays standard."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def run_section(outcome: Any) -> dict[str, Any]:
+    """The `run` object: id, target, runner, environment."""
+    target = outcome.target
+    return {
+        "id": outcome.run_id,
+        "target": {"spec": target.spec, "kind": target.kind, "name": target.name, "version": target.version,
+                   "commit": target.commit, "wheel_sha256": target.wheel_sha256, "label": target.label},
+        "runner": outcome.runner,
+        "environment": outcome.environment.id,
+        "reused_results": outcome.reused,
+    }
+
+
+def result_entries(comparisons: list[Any]) -> list[dict[str, Any]]:
+    """One entry per result: workload, status, reason, baseline and findings."""
+    entries = []
+    for comparison in comparisons:
+        result = comparison.result
+        entries.append({
+            "workload": result.workload,
+            "status": result.status,
+            "reason": result.reason,
+            "result_id": result.id,
+            "reused": result.reused,
+            "baseline_result_id": comparison.baseline.id if comparison.baseline is not None else None,
+            "metrics": {name: {"kind": m.kind, "unit": m.unit, "median": m.median, "n": len(m.values)}
+                        for name, m in result.metrics.items()},
+            "findings": [{"check": f.check, "metric": f.metric, "verdict": f.verdict, "gating": f.gating,
+                          "message": f.message, "numbers": f.numbers} for f in comparison.findings],
+        })
+    return entries
+
+
+def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
+    """The report of `modelci run`."""
+    return {"schema": SCHEMA, "kind": "run", "regressed": regressed, "run": run_section(outcome),
+            "results": result_entries(outcome.comparisons)}
+
+
+def compare_report(outcome: Any) -> dict[str, Any]:
+    """The report of `modelci compare A B`: `run` is B, `baseline_run` is A."""
+    return {"schema": SCHEMA, "kind": "compare", "regressed": outcome.regressed, "run": run_section(outcome.b),
+            "baseline_run": run_section(outcome.a), "results": result_entries(outcome.comparisons)}
+
+
+def write(path: str | Path, report: dict[str, Any]) -> None:
+    """Write a report as JSON."""
+    Path(path).write_text(json.dumps(_clean(report), indent=2, default=str) + "\n")

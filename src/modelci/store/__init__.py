@@ -1,0 +1,311 @@
+"""The history: SQLAlchemy over SQLite (default) or PostgreSQL, plus the artifact store for arrays.
+
+A run is ingested in one transaction, so an interrupted run leaves either nothing or a whole run
+marked `interrupted` (DESIGN.md, "Storage").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, inspect, select
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+import modelci
+from modelci.errors import HarnessError, UserError
+from modelci.records import Metric, Result
+from modelci.store.artifacts import ArtifactStore
+from modelci.store.schema import (
+    SCHEMA_VERSION,
+    ArtifactRow,
+    Base,
+    EnvironmentRow,
+    FindingRow,
+    MetricRow,
+    OutputRow,
+    ResultRow,
+    RunRow,
+    SchemaInfo,
+    TargetRow,
+    utcnow,
+)
+
+__all__ = ["Store", "StoredRun", "database_url"]
+
+
+def database_url(value: str) -> str:
+    """A SQLAlchemy URL from a URL or a file path (a path means SQLite)."""
+    if "://" in value:
+        return value
+    path = Path(value).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+class LazyOutputs(Mapping):
+    """Output arrays of a stored result, read (and verified) from the artifact store on first access."""
+
+    def __init__(self, artifacts: ArtifactStore, digests: dict[str, str]):
+        self._artifacts = artifacts
+        self._digests = digests
+        self._cache: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._cache:
+            self._cache[name] = self._artifacts.get_array(self._digests[name])
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._digests)
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+
+@dataclass
+class StoredRun:
+    """A run as read back: its row, target, and results."""
+
+    row: RunRow
+    results: list[Result]
+
+
+class Store:
+    """The history database and the artifact store behind one object."""
+
+    def __init__(self, db: str, artifacts: str):
+        self.url = database_url(db)
+        self.artifacts = ArtifactStore(artifacts)
+        self.engine = create_engine(self.url)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._check_schema()
+
+    def _check_schema(self) -> None:
+        try:
+            tables = set(inspect(self.engine).get_table_names())
+            if "schema_info" not in tables:
+                Base.metadata.create_all(self.engine)
+                with self.sessions.begin() as session:
+                    session.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
+                return
+            with self.sessions() as session:
+                info = session.get(SchemaInfo, 1)
+        except OperationalError as exc:
+            raise HarnessError(f"cannot open the history database {self.url}: {exc.orig}") from None
+        version = info.version if info else None
+        if version != SCHEMA_VERSION:
+            raise UserError(
+                f"the history database {self.url} has schema version {version}, this modelci "
+                f"{modelci.__version__} reads version {SCHEMA_VERSION}; use a matching modelci, "
+                "or point MODELCI_DB at a new file"
+            )
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def ingest(
+        self,
+        *,
+        target: Any,
+        environment: Any,
+        runner: str,
+        results: list[Result],
+        status: str = "complete",
+        suites: list[str] | None = None,
+        selection: str = "",
+        command: str = "",
+        started_at: datetime | None = None,
+    ) -> int:
+        """Store a run and all its results in one transaction; sets each result's id; returns the run id."""
+        # blobs first: content-addressed, so a blob without a row is harmless, a row without a blob is not
+        digests = [{name: self.artifacts.put_array(array) for name, array in r.outputs.items()} for r in results]
+        try:
+            with self.sessions.begin() as session:
+                target_row = self._target_row(session, target)
+                self._environment_row(session, environment)
+                run = RunRow(
+                    target_id=target_row.id, environment_id=environment.id, runner=runner, status=status,
+                    suites=list(suites or []), selection=selection, command=command,
+                    modelci_version=modelci.__version__, started_at=started_at or utcnow(), finished_at=utcnow(),
+                )
+                session.add(run)
+                session.flush()
+                rows = [self._result_row(session, run.id, r, d) for r, d in zip(results, digests)]
+                session.flush()
+                for result, row in zip(results, rows):
+                    result.id = row.id
+                return run.id
+        except SQLAlchemyError as exc:
+            raise HarnessError(f"could not store the run in {self.url}: {exc}") from None
+
+    def _target_row(self, session: Session, target: Any) -> TargetRow:
+        ident = {k: (v or "") for k, v in target.identity().items()}
+        row = session.scalars(select(TargetRow).filter_by(**ident)).first()
+        if row is None:
+            row = TargetRow(spec=target.spec, commit_date=target.commit_date or "", subject=target.subject or "", **ident)
+            session.add(row)
+            session.flush()
+        return row
+
+    def _environment_row(self, session: Session, environment: Any) -> None:
+        if session.get(EnvironmentRow, environment.id) is None:
+            session.add(EnvironmentRow(id=environment.id, python=str(environment.python), isolated=environment.isolated,
+                                       lock=environment.lock, fingerprint=environment.fingerprint))
+
+    def _result_row(self, session: Session, run_id: int, result: Result, digests: dict[str, tuple[str, int]]) -> ResultRow:
+        row = ResultRow(
+            run_id=run_id, workload=result.workload, code_hash=result.code_hash, status=result.status,
+            reason=result.reason, traceback=result.traceback, stderr_tail=result.stderr_tail,
+            framework=result.framework, domain=result.domain, duration=result.duration, info=result.info,
+        )
+        session.add(row)
+        for metric in result.metrics.values():
+            values = metric.values
+            row.metrics.append(MetricRow(
+                name=metric.name, kind=metric.kind, unit=metric.unit, values=values, n=len(values),
+                median=metric.median, minimum=min(values) if values else None,
+                maximum=max(values) if values else None, final=values[-1] if values else None,
+            ))
+        for name, (digest, size) in digests.items():
+            if session.get(ArtifactRow, digest) is None:
+                session.add(ArtifactRow(sha256=digest, size=size))
+                session.flush()
+            array = result.outputs[name]
+            row.outputs.append(OutputRow(name=name, sha256=digest, dtype=str(array.dtype), shape=list(array.shape)))
+        return row
+
+    def add_findings(self, result_id: int, baseline_id: int | None, findings: list[Any]) -> None:
+        """Attach the checks' findings to a stored result."""
+        with self.sessions.begin() as session:
+            session.add_all(
+                FindingRow(result_id=result_id, baseline_result_id=baseline_id, check=f.check, metric=f.metric,
+                           verdict=f.verdict, gating=f.gating, numbers=f.numbers, message=f.message)
+                for f in findings
+            )
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def to_result(self, row: ResultRow) -> Result:
+        """A stored result as a Result whose outputs load lazily from the artifact store."""
+        return Result(
+            id=row.id, workload=row.workload, status=row.status, reason=row.reason, traceback=row.traceback,
+            stderr_tail=row.stderr_tail, code_hash=row.code_hash, framework=row.framework, domain=row.domain,
+            duration=row.duration, info=dict(row.info or {}),
+            metrics={m.name: Metric(name=m.name, kind=m.kind, unit=m.unit, values=list(m.values)) for m in row.metrics},
+            outputs=LazyOutputs(self.artifacts, {o.name: o.sha256 for o in row.outputs}),
+        )
+
+    def baseline(self, workload: str, runner: str, target: Any) -> Result | None:
+        """The latest good result of `workload` on `runner` with a different target (DESIGN.md, "baseline")."""
+        ident = {k: (v or "") for k, v in target.identity().items()}
+        with self.sessions() as session:
+            same = select(TargetRow.id).filter_by(**ident).scalar_subquery()
+            stmt = (
+                select(ResultRow).join(RunRow)
+                .where(ResultRow.workload == workload, ResultRow.status == "ok", RunRow.runner == runner,
+                       RunRow.status == "complete", RunRow.target_id.is_distinct_from(same))
+                .order_by(RunRow.started_at.desc(), ResultRow.id.desc()).limit(1)
+            )
+            row = session.scalars(stmt).first()
+            return self.to_result(row) if row else None
+
+    def reusable(self, target: Any, environment_id: str, runner: str, workload: str, code_hash: str) -> Result | None:
+        """The latest stored result for the same target, environment, runner and workload code, if any."""
+        ident = {k: (v or "") for k, v in target.identity().items()}
+        with self.sessions() as session:
+            stmt = (
+                select(ResultRow).join(RunRow).join(TargetRow)
+                .where(ResultRow.workload == workload, ResultRow.code_hash == code_hash,
+                       RunRow.environment_id == environment_id, RunRow.runner == runner,
+                       ResultRow.status.not_in(("error",)))
+                .filter_by(**ident)
+                .order_by(RunRow.started_at.desc(), ResultRow.id.desc()).limit(1)
+            )
+            row = session.scalars(stmt).first()
+            return self.to_result(row) if row else None
+
+    def run(self, run_id: str | int) -> StoredRun:
+        """A stored run by id, or the latest one for `latest`; an unknown id is a UserError."""
+        with self.sessions() as session:
+            if str(run_id) == "latest":
+                row = session.scalars(select(RunRow).order_by(RunRow.id.desc()).limit(1)).first()
+                if row is None:
+                    raise UserError(f"the history {self.url} holds no runs yet; start with `modelci run`")
+            else:
+                try:
+                    row = session.get(RunRow, int(run_id))
+                except ValueError:
+                    row = None
+                if row is None:
+                    raise UserError(f"no run {run_id!r} in {self.url}; `modelci history` lists the runs")
+            results = [self.to_result(r) for r in row.results]
+            findings = {r.id: list(r.findings) for r in row.results}
+            _ = row.environment, row.target
+        stored = StoredRun(row=row, results=results)
+        for result in results:
+            result.info["findings"] = [_finding_dict(f) for f in findings[result.id]]
+        return stored
+
+    def runs(self, runner: str | None = None, limit: int = 20) -> list[RunRow]:
+        """The most recent runs, newest first."""
+        with self.sessions() as session:
+            stmt = select(RunRow).order_by(RunRow.id.desc()).limit(limit)
+            if runner:
+                stmt = stmt.where(RunRow.runner == runner)
+            return list(session.scalars(stmt))
+
+    def series(self, workload: str, metric: str, runner: str | None = None) -> list[dict[str, Any]]:
+        """One metric of one workload across the history, oldest first, with its target and summaries."""
+        with self.sessions() as session:
+            stmt = (
+                select(RunRow.id, RunRow.started_at, RunRow.runner, TargetRow.name, TargetRow.version, TargetRow.kind,
+                       TargetRow.commit, TargetRow.wheel_sha256, ResultRow.status, MetricRow.median,
+                       MetricRow.minimum, MetricRow.maximum, MetricRow.final, MetricRow.n)
+                .select_from(MetricRow).join(ResultRow, MetricRow.result_id == ResultRow.id)
+                .join(RunRow, ResultRow.run_id == RunRow.id).join(TargetRow, RunRow.target_id == TargetRow.id)
+                .where(ResultRow.workload == workload, MetricRow.name == metric)
+                .order_by(RunRow.started_at, RunRow.id)
+            )
+            if runner:
+                stmt = stmt.where(RunRow.runner == runner)
+            return [row._asdict() for row in session.execute(stmt)]
+
+    def workloads(self, runner: str | None = None) -> list[dict[str, Any]]:
+        """Each workload in the history with its latest status and run, for `modelci history`."""
+        with self.sessions() as session:
+            stmt = (
+                select(ResultRow.workload, ResultRow.status, RunRow.id, RunRow.runner, TargetRow.name,
+                       TargetRow.version, TargetRow.kind, TargetRow.commit, TargetRow.wheel_sha256)
+                .join(RunRow, ResultRow.run_id == RunRow.id).join(TargetRow, RunRow.target_id == TargetRow.id)
+                .order_by(ResultRow.workload, RunRow.id.desc())
+            )
+            if runner:
+                stmt = stmt.where(RunRow.runner == runner)
+            latest: dict[str, dict[str, Any]] = {}
+            counts: dict[str, int] = {}
+            for row in session.execute(stmt):
+                counts[row.workload] = counts.get(row.workload, 0) + 1
+                latest.setdefault(row.workload, row._asdict())
+            for name, entry in latest.items():
+                entry["results"] = counts[name]
+            return list(latest.values())
+
+
+def _finding_dict(row: FindingRow) -> dict[str, Any]:
+    return {"check": row.check, "metric": row.metric, "verdict": row.verdict, "gating": row.gating,
+            "numbers": row.numbers, "message": row.message, "baseline_result_id": row.baseline_result_id}
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers (dashboard, history) work while a run ingests; busy_timeout waits for a writer
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

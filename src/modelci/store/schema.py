@@ -1,0 +1,161 @@
+"""The history schema (DESIGN.md, "Storage"). One schema for SQLite and PostgreSQL, with a version.
+
+Nothing stored is rewritten: rows are only inserted, except a run's status and end time, and
+findings that are added after the checks ran.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+#: bump when the tables change; the store refuses a database of another version
+SCHEMA_VERSION = 1
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, so that histories from several machines sort correctly."""
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table."""
+
+
+class SchemaInfo(Base):
+    """One row: the schema version of this database."""
+
+    __tablename__ = "schema_info"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TargetRow(Base):
+    """A framework build: what got installed, not what was asked for."""
+
+    __tablename__ = "targets"
+    __table_args__ = (UniqueConstraint("kind", "name", "version", "commit", "wheel_sha256", name="uq_target"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    spec: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str] = mapped_column(String(100), default="")
+    commit: Mapped[str] = mapped_column(String(64), default="")
+    wheel_sha256: Mapped[str] = mapped_column(String(64), default="")
+    commit_date: Mapped[str] = mapped_column(String(40), default="")
+    subject: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class EnvironmentRow(Base):
+    """An environment, identified by the hash of its spec, with its lock and fingerprint."""
+
+    __tablename__ = "environments"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    python: Mapped[str] = mapped_column(Text, default="")
+    isolated: Mapped[bool] = mapped_column(Boolean, default=True)
+    lock: Mapped[str] = mapped_column(Text, default="")
+    fingerprint: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RunRow(Base):
+    """One execution of a selection of workloads against one target in one environment on one runner."""
+
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"), index=True)
+    environment_id: Mapped[str] = mapped_column(ForeignKey("environments.id"))
+    runner: Mapped[str] = mapped_column(String(200), index=True)
+    status: Mapped[str] = mapped_column(String(16))  # "complete" | "interrupted"
+    suites: Mapped[list] = mapped_column(JSON, default=list)
+    selection: Mapped[str] = mapped_column(Text, default="")
+    command: Mapped[str] = mapped_column(Text, default="")
+    modelci_version: Mapped[str] = mapped_column(String(40), default="")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    target: Mapped[TargetRow] = relationship(lazy="joined")
+    environment: Mapped[EnvironmentRow] = relationship(lazy="select")
+    results: Mapped[list["ResultRow"]] = relationship(back_populates="run", order_by="ResultRow.id")
+
+
+class ResultRow(Base):
+    """One workload's outcome in a run."""
+
+    __tablename__ = "results"
+    __table_args__ = (Index("ix_results_workload_status", "workload", "status"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    workload: Mapped[str] = mapped_column(String(300))
+    code_hash: Mapped[str] = mapped_column(String(64), default="")
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    traceback: Mapped[str] = mapped_column(Text, default="")
+    stderr_tail: Mapped[str] = mapped_column(Text, default="")
+    framework: Mapped[str] = mapped_column(String(40), default="")
+    domain: Mapped[str] = mapped_column(String(40), default="")
+    duration: Mapped[float] = mapped_column(Float, default=0.0)
+    info: Mapped[dict] = mapped_column(JSON, default=dict)
+    run: Mapped[RunRow] = relationship(back_populates="results")
+    metrics: Mapped[list["MetricRow"]] = relationship(order_by="MetricRow.id", lazy="selectin")
+    outputs: Mapped[list["OutputRow"]] = relationship(order_by="OutputRow.id", lazy="selectin")
+    findings: Mapped[list["FindingRow"]] = relationship(
+        order_by="FindingRow.id", lazy="selectin", foreign_keys="FindingRow.result_id"
+    )
+
+
+class MetricRow(Base):
+    """A metric series with summary columns for fast history queries."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (Index("ix_metrics_name_result", "name", "result_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    unit: Mapped[str] = mapped_column(String(16), default="")
+    values: Mapped[list] = mapped_column(JSON)
+    n: Mapped[int] = mapped_column(Integer)
+    median: Mapped[float | None] = mapped_column(Float, nullable=True)
+    minimum: Mapped[float | None] = mapped_column(Float, nullable=True)
+    maximum: Mapped[float | None] = mapped_column(Float, nullable=True)
+    final: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ArtifactRow(Base):
+    """A content-addressed blob in the artifact store."""
+
+    __tablename__ = "artifacts"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class OutputRow(Base):
+    """A named inference output, kept as an `.npy` artifact."""
+
+    __tablename__ = "outputs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"))
+    dtype: Mapped[str] = mapped_column(String(40))
+    shape: Mapped[list] = mapped_column(JSON)
+
+
+class FindingRow(Base):
+    """One check's verdict for a result against its baseline."""
+
+    __tablename__ = "findings"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id"), index=True)
+    baseline_result_id: Mapped[int | None] = mapped_column(ForeignKey("results.id"), nullable=True)
+    check: Mapped[str] = mapped_column(String(32))
+    metric: Mapped[str] = mapped_column(String(200))
+    verdict: Mapped[str] = mapped_column(String(16))
+    gating: Mapped[bool] = mapped_column(Boolean, default=True)
+    numbers: Mapped[dict] = mapped_column(JSON, default=dict)
+    message: Mapped[str] = mapped_column(Text, default="")

@@ -1,0 +1,285 @@
+"""The `run` and `compare` workflows: a sequence of plain functions (DESIGN.md, "Flow of modelci run").
+
+    config.load → targets.resolve → envs.ensure → suite.discover (inside the env) → execute
+                → store.ingest (one transaction) → checks.evaluate(baseline) → report → exit code
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+import modelci
+from modelci import checks, envs, targets
+from modelci.config import Config
+from modelci.errors import UserError
+from modelci.execute import local
+from modelci.execute.local import WorkloadInfo
+from modelci.records import Result
+from modelci.store import Store
+from modelci.store.schema import utcnow
+
+ZOO = Path(modelci.__file__).resolve().parent / "zoo"
+#: the distribution that a workload's `framework` implies, when the target does not already provide it
+FRAMEWORK_DISTS = {"numpy": "numpy", "torch": "torch", "paddle": "paddlepaddle"}
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a run: what finished is stored, marked interrupted."""
+
+    def __init__(self, run_id: int | None):
+        super().__init__(f"interrupted; run {run_id} stored as interrupted" if run_id else "interrupted")
+        self.run_id = run_id
+
+
+@dataclass
+class Comparison:
+    """One result with its baseline and the checks' findings."""
+
+    result: Result
+    baseline: Result | None
+    findings: list[Any]
+
+
+@dataclass
+class RunOutcome:
+    """What one `run` produced: the stored run and each result compared with its baseline."""
+
+    run_id: int | None
+    target: targets.Target
+    environment: envs.Environment
+    runner: str
+    comparisons: list[Comparison] = field(default_factory=list)
+    reused: int = 0
+
+    @property
+    def results(self) -> list[Result]:
+        """The results, in execution order."""
+        return [c.result for c in self.comparisons]
+
+
+def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
+    """Suite specs (`zoo:NAME` or a folder) to name -> folder; a missing one is a UserError."""
+    if not specs:
+        raise UserError("no suite given; pass --suite zoo:numpy (or a folder of workload files), "
+                        "or set `suites` in modelci.toml")
+    suites: dict[str, Path] = {}
+    for spec in specs:
+        if spec.startswith("zoo:"):
+            name = spec[4:]
+            folder = ZOO / name
+            if not name or not folder.is_dir():
+                known = sorted(p.name for p in ZOO.iterdir() if p.is_dir() and not p.name.startswith("_"))
+                raise UserError(f"unknown built-in suite {spec!r}; built-in suites: "
+                                + ", ".join(f"zoo:{k}" for k in known))
+        else:
+            folder = (root / spec).resolve() if not Path(spec).is_absolute() else Path(spec)
+            if not folder.is_dir():
+                raise UserError(f"suite folder {spec!r} does not exist; pass a folder of workload files or zoo:NAME")
+            name = folder.name
+        if name in suites and suites[name] != folder:
+            raise UserError(f"two suites are both named {name!r} ({suites[name]} and {folder}); rename one folder")
+        suites[name] = folder
+    return suites
+
+
+def environment_for(config: Config, target: targets.Target, extra: list[str] = (), log: Any = print) -> envs.Environment:
+    """The environment for a target plus extra requirements; `current` uses this interpreter as it is."""
+    cache = Path(config.cache_dir)
+    if target.kind == "current":
+        return envs.current(cache)
+    spec = envs.EnvSpec(requirements=[*target.requirements, *extra], python=config.python,
+                        index=envs.IndexConfig.from_pip())
+    env = envs.ensure(spec, cache, log=log)
+    target.version = envs.installed_version(env, target.name) or target.version
+    return env
+
+
+def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo]) -> list[str]:
+    """The workloads' needs (their `requires` and their framework) that the environment does not satisfy."""
+    pins = {}
+    for line in env.lock.splitlines():
+        name, sep, version = line.partition("==")
+        if sep:
+            pins[canonicalize_name(name)] = version.strip()
+    needed: list[str] = []
+    for workload in workloads:
+        wants = list(workload.requires)
+        if workload.framework in FRAMEWORK_DISTS:
+            wants.append(FRAMEWORK_DISTS[workload.framework])
+        for text in wants:
+            requirement = Requirement(text)
+            have = pins.get(canonicalize_name(requirement.name))
+            if (have is None or not requirement.specifier.contains(have, prereleases=True)) and text not in needed:
+                needed.append(text)
+    return sorted(needed)
+
+
+def select(found: dict[str, Any], pattern: str | None) -> tuple[list[WorkloadInfo], list[dict[str, Any]]]:
+    """Filter discovered workloads with -k (a substring or glob of the id); nothing selected is a UserError."""
+    workloads = [WorkloadInfo.from_json(w) for w in found["workloads"]]
+    errors = list(found["errors"])
+    if pattern:
+        def match(text: str) -> bool:
+            return fnmatch.fnmatchcase(text, pattern) if any(c in pattern for c in "*?[") else pattern in text
+
+        workloads = [w for w in workloads if match(w.id)]
+        errors = [e for e in errors if match(Path(e["file"]).stem) or match(e["suite"])]
+        if not workloads and not errors:
+            names = ", ".join(w["id"] for w in found["workloads"]) or "none"
+            raise UserError(f"-k {pattern!r} matches no workload; the suites hold: {names}")
+    return workloads, errors
+
+
+def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloads: list[WorkloadInfo]) -> list[Result]:
+    """Import failures and empty suites as `error` results, so they are stored and never pass."""
+    results = []
+    for error in errors:
+        where = f"{error['file']}, line {error['line']}" if error.get("line") else error["file"]
+        results.append(Result(workload=f"{error['suite']}/{Path(error['file']).name}", status="error",
+                              reason=f"{where}: {error['message']}", traceback=error.get("traceback", ""),
+                              code_hash=error.get("code_hash", "")))
+    for name, folder in suites.items():
+        if not any(w.suite == name for w in workloads) and not any(e["suite"] == name for e in errors):
+            results.append(Result(workload=f"{name}/(suite)", status="error",
+                                  reason=f"suite {name!r} ({folder}) yields no workloads; a suite must define at "
+                                         "least one modelci.Workload subclass"))
+    return results
+
+
+def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
+        reuse: bool = False, progress: Any = None, command: str = "") -> RunOutcome:
+    """Run the selected workloads against one target, store the run, and compare each result with its baseline."""
+    from modelci.report.console import Progress
+
+    progress = progress or Progress()
+    suites = resolve_suites(suite_specs, config.root)
+    target = targets.resolve(target_spec)
+    store = Store(config.db, config.artifacts)
+    progress.note(f"target {target.spec}: preparing the environment")
+    env = environment_for(config, target, log=progress.note)
+    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root(config)))
+    try:
+        found = local.discover(env.python, suites, scratch)
+        workloads, errors = select(found, pattern)
+        extra = missing_requirements(env, workloads)
+        if extra and target.kind != "current":
+            progress.note(f"the workloads also need {', '.join(extra)}")
+            env = environment_for(config, target, extra, log=progress.note)
+        outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner)
+        all_found = [WorkloadInfo.from_json(w) for w in found["workloads"]]
+        results = error_results(errors, suites, all_found)
+        results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch, results,
+                                                reuse, progress)
+        outcome.reused = reused
+        started = utcnow()
+        if results and (interrupted or len(results) > reused):
+            outcome.run_id = store.ingest(
+                target=target, environment=env, runner=config.runner, results=results,
+                status="interrupted" if interrupted else "complete", suites=suite_specs, selection=pattern or "",
+                command=command, started_at=started,
+            )
+        if interrupted:
+            raise Interrupted(outcome.run_id)
+        fresh = {id(r) for r in results if not r.reused}
+        outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
+        return outcome
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch_root(config: Config) -> Path:
+    root = Path(config.cache_dir) / "scratch"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _execute(config: Config, store: Store, target: targets.Target, env: envs.Environment,
+             suites: dict[str, Path], workloads: list[WorkloadInfo], scratch: Path, results: list[Result],
+             reuse: bool, progress: Any) -> tuple[list[Result], int, bool]:
+    """Execute each workload (or reuse a stored result); Ctrl-C stops here and keeps what finished."""
+    reused = 0
+    progress.start(len(workloads))
+    try:
+        for workload in workloads:
+            previous = store.reusable(target, env.id, config.runner, workload.id, workload.code_hash) if reuse else None
+            if previous is not None:
+                previous.reused = True
+                results.append(previous)
+                reused += 1
+                progress.done(workload.id, previous, reused=True)
+                continue
+            progress.begin(workload.id)
+            result = local.run_workload(env.python, suites, workload, scratch, seed=config.seed,
+                                        timeout=config.timeout, repeats=config.repeats or None)
+            results.append(result)
+            progress.done(workload.id, result)
+    except KeyboardInterrupt:
+        progress.stop()
+        return results, reused, True
+    progress.stop()
+    return results, reused, False
+
+
+def evaluate(config: Config, store: Store, target: targets.Target, results: list[Result],
+             baselines: dict[str, Result | None] | None = None, store_for: set[int] | None = None) -> list[Comparison]:
+    """Compare each result with its baseline (given, or the default one from the history) and store the findings."""
+    comparisons = []
+    for result in results:
+        if baselines is not None:
+            baseline = baselines.get(result.workload)
+        else:
+            baseline = store.baseline(result.workload, config.runner, target)
+        findings = checks.evaluate(result, baseline, config.policy_for(result.workload))
+        if result.id is not None and (store_for is None or id(result) in store_for):
+            store.add_findings(result.id, baseline.id if baseline else None, findings)
+        comparisons.append(Comparison(result=result, baseline=baseline, findings=findings))
+    return comparisons
+
+
+def failed(outcome: RunOutcome) -> bool:
+    """Whether a run should exit 1: a gating regression, or any result that is not ok or skipped."""
+    return any(
+        c.result.status not in ("ok", "skipped") or checks.regressed(c.findings) for c in outcome.comparisons
+    )
+
+
+@dataclass
+class CompareOutcome:
+    """Both sides of `compare A B` and B's results judged against A's."""
+
+    a: RunOutcome
+    b: RunOutcome
+    comparisons: list[Comparison]
+
+    @property
+    def regressed(self) -> bool:
+        """Whether B regresses against A."""
+        return any(checks.regressed(c.findings) for c in self.comparisons)
+
+
+def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pattern: str | None = None, *,
+            rerun: bool = False, progress: Any = None, command: str = "") -> CompareOutcome:
+    """Run (or reuse) both targets and judge B against A, workload by workload."""
+    side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
+    side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
+    baselines = {r.workload: r for r in side_a.results}
+    comparisons = []
+    for result in side_b.results:
+        baseline = baselines.get(result.workload)
+        findings = checks.evaluate(result, baseline, config.policy_for(result.workload))
+        comparisons.append(Comparison(result=result, baseline=baseline, findings=findings))
+    return CompareOutcome(a=side_a, b=side_b, comparisons=comparisons)
+
+
+def python_version() -> str:
+    """This interpreter's version, for messages."""
+    return ".".join(map(str, sys.version_info[:3]))
