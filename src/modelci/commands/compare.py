@@ -1,0 +1,32 @@
+"""`modelci compare A B`: run (or reuse) two targets and judge B against A."""
+
+from __future__ import annotations
+
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection
+
+
+def add_parser(sub) -> None:
+    """Declare the command."""
+    parser = sub.add_parser("compare", help="run (or reuse) two targets and judge B against A")
+    parser.add_argument("a", metavar="A", help="the reference target")
+    parser.add_argument("b", metavar="B", help="the target under test")
+    add_selection(parser)
+    parser.add_argument("--rerun", action="store_true", help="run both targets again instead of reusing results")
+
+
+def main(args, cfg) -> int:
+    """Compare, print one table, write the JSON report; exit 1 when B regresses against A."""
+    from modelci import workflow
+    from modelci.report import console as views
+    from modelci.report import json_report
+
+    try:
+        outcome = workflow.compare(cfg, args.a, args.b, args.suite or cfg.suites, args.pattern, rerun=args.rerun,
+                                   progress=views.Progress(quiet=args.quiet), command=args.command_line)
+    except workflow.Interrupted as exc:
+        views.console(stderr=True).print(f"[yellow]{exc}[/]")
+        return EXIT_INTERRUPTED
+    views.render_compare(outcome, views.console())
+    if args.json_path:
+        json_report.write(args.json_path, json_report.compare_report(outcome))
+    return EXIT_REGRESSION if outcome.regressed else EXIT_OK
