@@ -47,6 +47,8 @@ OPTIONS = [
     Option("seed", int, 0, "seed handed to every workload"),
     Option("repeats", int, 0, "timed inference repeats per workload (0: the workload's own setting)"),
     Option("python", str, sys.executable, "base interpreter for the environments"),
+    Option("threads", int, 1, "BLAS/OpenMP threads per workload (0: leave the variables as they are); a fixed count "
+                              "keeps timings comparable and numerics reproducible on a shared runner"),
     Option("suites", list, [], "default suites when --suite is not given (folders or zoo:NAME)"),
 ]
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}

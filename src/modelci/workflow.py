@@ -219,7 +219,8 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
                 continue
             progress.begin(workload.id)
             result = local.run_workload(env.python, suites, workload, scratch, seed=config.seed,
-                                        timeout=config.timeout, repeats=config.repeats or None)
+                                        timeout=config.timeout, repeats=config.repeats or None,
+                                        threads=config.threads)
             results.append(result)
             progress.done(workload.id, result)
     except KeyboardInterrupt:

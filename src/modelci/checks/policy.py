@@ -10,7 +10,7 @@ import dataclasses
 import fnmatch
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,31 @@ class Policy:
     gate_user_metrics: bool = False
     #: None -> guessed from the name: higher is better when it contains "acc"
     higher_is_better: bool | None = None
+    #: "lower" or "higher" is better (Paddle CE KPI objects); wins over higher_is_better; None -> the check's own
+    #: default (lower for time.*, mem.*; the name guess for user metrics; no direction for curves)
+    direction: str | None = None
+    #: relative change that counts (0.05 = 5%); replaces timing_factor/memory_factor/metric_factor (as 1 +
+    #: threshold) and curve_rtol
+    threshold: float | None = None
+    #: absolute difference that never counts (seconds, bytes, loss units); replaces timing_floor_s,
+    #: memory_floor_bytes and curve_atol, and holds user metrics too
+    tolerance: float | None = None
+    #: warm-up samples (time.*, mem.*, user metrics) or steps (curves) dropped from both sides before comparing
+    skip_head: int = 0
+
+    def higher_better(self, metric: str) -> bool:
+        """Whether a higher value of `metric` is better: `direction`, else `higher_is_better`, else lower for
+        time.*, mem.*, loss and curves, and the name guess ("acc") for user metrics."""
+        if self.direction is not None:
+            return self.direction == "higher"
+        if self.higher_is_better is not None:
+            return self.higher_is_better
+        builtin = metric.startswith(("time.", "mem.", "output:")) or metric in ("loss", "status")
+        return not builtin and "acc" in metric.lower()
+
+    def factor(self, default: float) -> float:
+        """The ratio a change must pass: 1 + threshold when the policy sets one, else the check's `default`."""
+        return 1.0 + self.threshold if self.threshold is not None else default
 
     def with_overrides(self, overrides: Mapping[str, Any], where: str = "") -> Policy:
         """A copy with some fields replaced; an unknown key is a UserError naming `where` (file and key)."""
@@ -98,6 +123,13 @@ def policy_for(
         return policy
 
     return lookup
+
+
+def skip_head(values: Sequence[float], policy: Policy) -> tuple[Sequence[float], int]:
+    """Drop the policy's warm-up head; always keep the last value, since a side left empty has nothing to compare.
+    Returns the kept values and how many were dropped."""
+    drop = min(policy.skip_head, max(len(values) - 1, 0))
+    return values[drop:], drop
 
 
 def regressed(findings: Iterable[Finding]) -> bool:

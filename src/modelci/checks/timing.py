@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import mannwhitneyu
 
-from modelci.checks.policy import Finding, Policy, json_number
+from modelci.checks.policy import Finding, Policy, json_number, skip_head
 
 #: below this many samples on a side the rank test cannot reach p < 0.05, so only the factor decides
 MIN_SAMPLES_FOR_TEST = 3
@@ -73,16 +73,21 @@ def _ratio(current: float, baseline: float) -> float | None:
 
 
 def check_timing(name: str, baseline: Sequence[float], current: Sequence[float], policy: Policy) -> Finding:
-    """Lower is better. Worse only past `timing_factor` and significant; on a runner whose measured CV is above
-    `max_timing_cv` the finding is reported but does not gate."""
-    outcome, numbers = compare_samples(baseline, current, policy.timing_factor, policy.alpha)
-    numbers["floor_s"] = policy.timing_floor_s
-    if abs(numbers["current_median"] - numbers["baseline_median"]) <= policy.timing_floor_s:
+    """Lower is better (unless the policy's direction says otherwise). Worse only past `timing_factor` (or 1 +
+    threshold) and significant; on a runner whose measured CV is above `max_timing_cv` it is reported, not gated."""
+    baseline, current, dropped = _skip(baseline, current, policy)
+    lower = not policy.higher_better(name)
+    factor = policy.factor(policy.timing_factor)
+    outcome, numbers = compare_samples(baseline, current, factor, policy.alpha, lower_is_better=lower)
+    numbers["floor_s"] = floor = policy.tolerance if policy.tolerance is not None else policy.timing_floor_s
+    numbers.update(dropped)
+    if abs(numbers["current_median"] - numbers["baseline_median"]) <= floor:
         outcome = "same"
     verdict = _VERDICTS[outcome]
     noisy = policy.noise_cv is not None and policy.noise_cv > policy.max_timing_cv
     numbers["noise_cv"] = policy.noise_cv
-    words = {"worse": "slower", "better": "faster", "same": f"within {policy.timing_factor:g}x"}[outcome]
+    words = {"worse": "slower" if lower else "worse", "better": "faster" if lower else "better",
+             "same": f"within {factor:g}x"}[outcome]
     message = f"{name} {_ratio_text(numbers)} {words} ({_evidence(numbers)})"
     if noisy:
         message += f"; too noisy to gate on timing (cv={policy.noise_cv:.3g} > {policy.max_timing_cv:g})"
@@ -96,12 +101,15 @@ def check_timing(name: str, baseline: Sequence[float], current: Sequence[float],
 def check_memory(name: str, baseline: Sequence[float], current: Sequence[float], policy: Policy) -> Finding:
     """Lower is better. Worse only past `memory_factor` and by more than `memory_floor_bytes`, and significant
     when each side has enough samples (usually there is one: peak memory barely varies)."""
-    outcome, numbers = compare_samples(baseline, current, policy.memory_factor, policy.alpha)
+    baseline, current, dropped = _skip(baseline, current, policy)
+    outcome, numbers = compare_samples(baseline, current, policy.factor(policy.memory_factor), policy.alpha,
+                                       lower_is_better=not policy.higher_better(name))
     difference = numbers["current_median"] - numbers["baseline_median"]
     numbers["difference_bytes"] = difference
-    numbers["floor_bytes"] = policy.memory_floor_bytes
+    numbers["floor_bytes"] = floor = policy.tolerance if policy.tolerance is not None else policy.memory_floor_bytes
+    numbers.update(dropped)
     # allocator rounding and page granularity move RSS by a few MiB on any change; that is not a regression
-    if abs(difference) <= policy.memory_floor_bytes:
+    if abs(difference) <= floor:
         outcome = "same"
     words = {"worse": "more", "better": "less", "same": "within tolerance"}[outcome]
     message = (
@@ -114,11 +122,17 @@ def check_memory(name: str, baseline: Sequence[float], current: Sequence[float],
 def check_user_metric(name: str, baseline: Sequence[float], current: Sequence[float], policy: Policy) -> Finding:
     """A metric the workload recorded (`accuracy`, ...): medians compared with `metric_factor`, higher is better
     when the name says "acc" (or the policy says so). Report-only unless the policy sets gate_user_metrics."""
-    higher = policy.higher_is_better if policy.higher_is_better is not None else "acc" in name.lower()
+    baseline, current, dropped = _skip(baseline, current, policy)
+    higher = policy.higher_better(name)
     outcome, numbers = compare_samples(
-        baseline, current, policy.metric_factor, policy.alpha, lower_is_better=not higher
+        baseline, current, policy.factor(policy.metric_factor), policy.alpha, lower_is_better=not higher
     )
     numbers["higher_is_better"] = higher
+    numbers.update(dropped)
+    if policy.tolerance is not None:
+        numbers["tolerance"] = policy.tolerance
+        if abs(numbers["current_median"] - numbers["baseline_median"]) <= policy.tolerance:
+            outcome = "same"
     message = (
         f"{name} {numbers['baseline_median']:.6g} -> {numbers['current_median']:.6g} "
         f"({outcome}, {_ratio_text(numbers)}; {_evidence(numbers)})"
@@ -128,6 +142,17 @@ def check_user_metric(name: str, baseline: Sequence[float], current: Sequence[fl
 
 
 _VERDICTS = {"worse": "regression", "better": "improvement", "same": "ok"}
+
+
+def _skip(
+    baseline: Sequence[float], current: Sequence[float], policy: Policy
+) -> tuple[Sequence[float], Sequence[float], dict[str, Any]]:
+    """Both sides without the policy's warm-up samples, and the numbers saying how many went (none: no key)."""
+    if not policy.skip_head:
+        return baseline, current, {}
+    baseline, dropped_baseline = skip_head(baseline, policy)
+    current, dropped_current = skip_head(current, policy)
+    return baseline, current, {"skip_head": policy.skip_head, "skipped": [dropped_baseline, dropped_current]}
 
 
 def _ratio_text(numbers: dict[str, Any]) -> str:

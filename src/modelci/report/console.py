@@ -25,7 +25,8 @@ def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # in a CI log there is no terminal width: use a wide one rather than cutting workload names
     width = None if stream.isatty() else 160
-    return Console(stderr=stderr, highlight=False, width=width)
+    # soft wrap: a message in a log stays one line, whatever its length, so grep finds it whole
+    return Console(stderr=stderr, highlight=False, width=width, soft_wrap=width is not None)
 
 
 class Progress:
