@@ -18,6 +18,8 @@ import json
 import os
 import platform
 import resource
+import socket
+import subprocess
 import sys
 import time
 import traceback
@@ -280,20 +282,69 @@ def save_format(workload: Workload, cls: type[Workload], ctx: Context, helper: A
     return {"format": fmt, "status": "ok", "path": str(path.relative_to(folder.parent)), "unsafe": fmt in helper.unsafe_formats}
 
 
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_ranks(args: argparse.Namespace, world_size: int, port: int) -> list[subprocess.Popen]:
+    """Start ranks 1..N-1 as copies of this process; rank 0 is this process and reports for all."""
+    procs = []
+    for rank in range(1, world_size):
+        rank_out = Path(args.out) / f"rank-{rank}"
+        cmd = [sys.executable, "-m", "modelci.workload.child", *sys.argv[1:], "--rank", str(rank),
+               "--world-size", str(world_size), "--master-port", str(port), "--out", str(rank_out)]
+        log = open(Path(args.out) / f"rank-{rank}.log", "wb")  # noqa: SIM115 - closed when the rank ends
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def join_ranks(procs: list[subprocess.Popen], out: Path, rec: Recorder) -> None:
+    """Wait for the other ranks; a rank that failed or crashed makes the whole result fail."""
+    for rank, proc in enumerate(procs, 1):
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        result = out / f"rank-{rank}" / "result.json"
+        status = json.loads(result.read_text())["status"] if result.exists() else None
+        if rec.data["status"] == "ok" and (code != 0 or status not in ("ok", None)):
+            log = (out / f"rank-{rank}.log").read_text(errors="replace")[-2000:]
+            reason = json.loads(result.read_text())["reason"] if result.exists() else f"exited with code {code}"
+            rec.data.update(status="failed", reason=f"rank {rank}: {reason}", traceback=log)
+
+
 def execute(args: argparse.Namespace) -> int:
-    """Run one workload and write result.json; exceptions become `failed` (or `skipped`) results."""
+    """Run one workload and write result.json; exceptions become `failed` (or `skipped`) results.
+
+    A workload with `devices = N` runs as N cooperating processes (torch.distributed with gloo on CPU):
+    this process is rank 0 and starts the others; rank 0 reports.
+    """
     suites = parse_suites(args.suite)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rec = Recorder(out, args.workload)
     rec.data["info"]["python"] = platform.python_version()
+    ranks: list[subprocess.Popen] = []
+    helper = None
     try:
         cls, path = find_class(suites, args.workload, args.file)
         helper = get_helper(cls.framework)
         helper.seed(args.seed)
         helper.set_determinism(True)
-        ctx = Context(seed=args.seed, device=args.device, scratch=out / "scratch")
+        world_size = args.world_size or max(1, int(cls.devices))
+        ctx = Context(seed=args.seed, device=args.device, scratch=out / "scratch", rank=args.rank,
+                      world_size=world_size)
         ctx.scratch.mkdir(exist_ok=True)
+        if world_size > 1:
+            port = args.master_port or free_port()
+            if args.rank == 0:
+                ranks = start_ranks(args, world_size, port)
+            helper.init_distributed(args.rank, world_size, "127.0.0.1", port)
+            rec.data["info"]["world_size"] = world_size
         run_phases(cls(), cls, ctx, helper, rec, args)
         for name, values in ctx.metrics.items():
             rec.metric(name, "samples", "", values)
@@ -306,6 +357,13 @@ def execute(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - any exception in the workload is a `failed` result
         rec.data.update(status="failed", reason=f"{type(exc).__name__}: {exc} (in {rec.data['phase']})")
         rec.data["traceback"] = traceback.format_exc()
+    if helper is not None and rec.data["info"].get("world_size"):
+        try:
+            helper.shutdown_distributed()
+        except Exception:  # noqa: BLE001 - a group torn down by a failed rank must not hide that failure
+            pass
+    if ranks:
+        join_ranks(ranks, out, rec)
     rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
     rec.data["info"]["modules"] = module_info(sorted({"numpy", "torch", "paddle", *args.report_module}))
     rec.write()
@@ -344,7 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--warmup", type=int, default=None)
     run.add_argument("--no-save", dest="save", action="store_false")
     run.add_argument("--report-module", action="append", default=[])
+    run.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    run.add_argument("--world-size", type=int, default=0, help=argparse.SUPPRESS)
+    run.add_argument("--master-port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.command == "run" and args.rank > 0:
+        args.save = False  # rank 0 reports and saves for the group
     if args.command == "list":
         found = discover(parse_suites(args.suite))
         Path(args.out).write_text(json.dumps(found, indent=1))

@@ -62,6 +62,13 @@ class PythonHelper:
         """Load with the framework's own mechanism; the workload's `load` wins when it has one."""
         raise NotImplementedError(f"framework {self.name!r} has no built-in load for format {fmt!r}")
 
+    def init_distributed(self, rank: int, world_size: int, address: str, port: int) -> None:
+        """Join a process group of `world_size` ranks (`devices = N`); rank 0 listens on address:port."""
+        raise NotImplementedError(f"framework {self.name!r} has no multi-process support; set devices = 1")
+
+    def shutdown_distributed(self) -> None:
+        """Leave the process group."""
+
     def peak_device_memory(self) -> int | None:
         """Peak accelerator memory in bytes since the last reset, or None without one."""
         return None
