@@ -1,0 +1,156 @@
+"""The paddle helper: seeding, determinism, to-numpy, versions and the paddle save formats.
+
+Runs inside the environment under test and is imported only when a workload says
+`framework = "paddle"`, so importing paddle at the top is fine here.
+
+Workloads follow the same convention as the torch ones: `self.model` is the `paddle.nn.Layer` that
+`infer` calls, `example_inputs()` gives the tensors to build the jit program's InputSpec from, and an
+optional `build_model()` returns a fresh layer to load a state dict into (else `self.model` is used).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+with warnings.catch_warnings():
+    # paddle's C++-extension support warns on every import when ccache is absent; nothing to act on
+    warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+    import paddle
+
+from modelci.workload.frameworks import PythonHelper
+
+#: deterministic-kernel flags; each build registers only some of them (a CPU build has none of the cuDNN ones)
+_DETERMINISM_FLAGS = {
+    "FLAGS_cudnn_deterministic": (True, False),
+    "FLAGS_cpu_deterministic": (True, False),
+    "FLAGS_embedding_deterministic": (1, 0),
+    "FLAGS_cudnn_exhaustive_search": (False, False),
+}
+
+
+class PaddleHelper(PythonHelper):
+    """Helper for paddle workloads (formats `paddle_state` and `paddle_jit`)."""
+
+    name = "paddle"
+    formats = ("paddle_state", "paddle_jit")
+    # Both can run code on load. paddle.load unpickles whatever the file holds (paddle/framework/io.py),
+    # and paddle.jit.load unpickles `model.pdiparams.info` when it reads a pre-PIR program
+    # (paddle/jit/translated_layer.py), which a crafted folder can always ask for.
+    unsafe_formats = ("paddle_state", "paddle_jit")
+
+    def seed(self, seed: int) -> None:
+        """Seed python, numpy and paddle's global generator (every place)."""
+        super().seed(seed)
+        np.random.seed(seed % 2**32)
+        paddle.seed(seed)
+
+    def set_determinism(self, enabled: bool) -> None:
+        """Set the deterministic-kernel flags this paddle build registers; the others are left alone."""
+        for flag, (on, off) in _DETERMINISM_FLAGS.items():
+            # a process started from here (e.g. a data-loader worker) reads FLAGS_* from the environment
+            os.environ[flag] = str(int(on if enabled else off))
+            try:
+                paddle.set_flags({flag: on if enabled else off})
+            except ValueError:  # "cannot set its value through this function": not in this build
+                pass
+
+    def to_numpy(self, value: Any) -> Any:
+        """A paddle tensor (any place, with or without grad) as a numpy array; anything else via np.asarray."""
+        if isinstance(value, paddle.Tensor):
+            return value.detach().cpu().numpy()
+        return np.asarray(value)
+
+    def versions(self) -> dict[str, str]:
+        """paddle, its git commit, CUDA and cuDNN where built with them, and numpy."""
+        found = {"paddle": paddle.__version__, "numpy": np.__version__}
+        commit = getattr(paddle.version, "commit", None)
+        if commit:
+            found["paddle.git"] = str(commit)
+        if paddle.is_compiled_with_cuda():
+            found["paddle.cuda"] = str(paddle.version.cuda())
+            found["paddle.cudnn"] = str(paddle.version.cudnn())
+        return found
+
+    def supports(self, fmt: str) -> str | None:
+        """None when this paddle can save `fmt`, else why not."""
+        if fmt not in self.formats:
+            return f"paddle helper has no format {fmt!r}; known: {', '.join(self.formats)}"
+        if fmt == "paddle_jit" and not hasattr(paddle, "jit"):
+            return f"paddle {paddle.__version__} has no paddle.jit"
+        return None
+
+    def save(self, workload: Any, ctx: Any, fmt: str, path: Path) -> None:
+        """Save `workload.model` in eval mode. `paddle_state` writes the file `path`; `paddle_jit` writes
+        a folder `path` holding `model.*` (.pdmodel or .json program, .pdiparams weights)."""
+        reason = self.supports(fmt)
+        if reason:
+            raise NotImplementedError(reason)
+        model = workload.model
+        was_training = model.training
+        model.eval()
+        try:
+            if fmt == "paddle_state":
+                paddle.save(model.state_dict(), str(path))
+            elif fmt == "paddle_jit":
+                specs = [
+                    paddle.static.InputSpec(shape=list(t.shape), dtype=t.dtype, name=f"input_{i}")
+                    for i, t in enumerate(workload.example_inputs())
+                ]
+                Path(path).mkdir(parents=True, exist_ok=True)
+                paddle.jit.save(model, str(Path(path) / "model"), input_spec=specs)
+        finally:
+            if was_training:
+                model.train()
+
+    def load(self, workload: Any, ctx: Any, fmt: str, path: Path) -> Any:
+        """Read `path` saved in `fmt`, make it `workload.model` (eval mode) and return it."""
+        if fmt == "paddle_state":
+            state = paddle.load(str(path))
+            if hasattr(workload, "load_state_dict"):
+                return workload.load_state_dict(state)
+            model = workload.build_model() if hasattr(workload, "build_model") else workload.model
+            expected = set(model.state_dict())
+            if expected != set(state):
+                raise ValueError(
+                    f"state dict at {path} does not fit the model: missing {sorted(expected - set(state))}, "
+                    f"unexpected {sorted(set(state) - expected)}"
+                )
+            model.set_state_dict(state)
+        elif fmt == "paddle_jit":
+            model = self._load_jit(Path(path) / "model")
+        else:
+            return super().load(workload, ctx, fmt, path)
+        model.eval()
+        workload.model = model
+        return model
+
+    @staticmethod
+    def _load_jit(prefix: Path) -> Any:
+        """paddle.jit.load, also for a program saved before PIR (paddle < 3.0 wrote `model.pdmodel`).
+
+        With its PIR API on, paddle 3.0 looks only for `model.json` and calls a model saved by 2.6 missing;
+        under `paddle.pir_utils.DygraphOldIrGuard` it reads the old program, and the layer it returns then
+        runs outside the guard too (checked: 2.6 -> 3.0 gives bit-identical outputs for the whole zoo).
+        """
+        legacy = prefix.with_suffix(".pdmodel").exists() and not prefix.with_suffix(".json").exists()
+        guard = getattr(getattr(paddle, "pir_utils", None), "DygraphOldIrGuard", None)
+        if legacy and guard is not None:
+            with guard():
+                return paddle.jit.load(str(prefix))
+        return paddle.jit.load(str(prefix))
+
+    def peak_device_memory(self) -> int | None:
+        """Peak GPU memory allocated by paddle, or None on a CPU build or a CPU place."""
+        if paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu"):
+            return int(paddle.device.cuda.max_memory_allocated())
+        return None
+
+    def synchronize(self) -> None:
+        """Wait for queued GPU work."""
+        if paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu"):
+            paddle.device.cuda.synchronize()

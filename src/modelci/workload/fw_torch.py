@@ -1,0 +1,226 @@
+"""The torch helper: seeding, determinism, to-numpy, versions and the torch save formats.
+
+Runs inside the environment under test and is imported only when a workload says
+`framework = "torch"`, so importing torch at the top is fine here.
+
+Convention for workloads that rely on the built-in formats:
+- `self.model` is the `nn.Module` that `infer` calls; `load` replaces it with the loaded module.
+- `example_inputs()` returns the tuple of tensors to trace or export with, shaped like what `infer` feeds.
+- `build_model()` (optional) returns a fresh module to load a state_dict into; without it the state_dict
+  goes into `self.model` as `setup` built it. A workload with its own `load_state_dict(state)` gets the
+  state dict handed over instead.
+- `jit_mode` (optional, "trace" by default, or "script") picks how `torchscript` compiles the model.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from modelci.workload.frameworks import PythonHelper
+
+#: format -> the oldest torch that has it (torch.export.save/load arrived in 2.1)
+_MIN_VERSION = {"torch_export": (2, 1)}
+
+
+def _version_tuple(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as '2.13.0+cpu' or '2.6.0a0+git1234'."""
+    parts = version.split("+")[0].split(".")
+    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+@contextmanager
+def _quiet_torch_warnings() -> Iterator[None]:
+    """Silence the warnings torch itself raises on the formats modelci checks on purpose.
+
+    Recent torch (2.13 at least) marks torch.jit deprecated, yet TorchScript files saved by older versions are exactly
+    what the backward-compatibility check must keep loading. The tracer warns about shape checks inside
+    torch's own modules (nn.RNN, multi-head attention), and torch.export about nn.RNN's `_flat_weights`;
+    the suite author can change neither, and the format round trip shows whether the result is right.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit.* is deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning)
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        yield
+
+
+class _ExportedModule(torch.nn.Module):
+    """An exported program's module that accepts `eval()`/`train()`, so `infer` works on it unchanged.
+
+    torch.export captures the graph in eval mode (see `TorchHelper.save`), and the module it returns
+    refuses `eval()`; making the mode switch a no-op keeps that eval-mode graph.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.exported = module
+
+    def train(self, mode: bool = True) -> _ExportedModule:  # noqa: ARG002 - the graph has a fixed mode
+        return self
+
+    def forward(self, *args: Any) -> Any:
+        return self.exported(*args)
+
+
+class TorchHelper(PythonHelper):
+    """Helper for torch workloads (formats `state_dict`, `torchscript`, `torch_export`, `torch_pickle`)."""
+
+    name = "torch"
+    formats = ("state_dict", "torchscript", "torch_export", "torch_pickle")
+    # Only state_dict is safe: it is read with weights_only=True. torch_pickle unpickles a whole module.
+    # A TorchScript archive carries code that torch compiles and runs on load, able to call any registered
+    # operator. A .pt2 archive may mark weights and constants as pickled, and torch.export.load then reads
+    # them with torch.load(weights_only=False) or pickle.loads (torch/export/pt2_archive/_package.py).
+    unsafe_formats = ("torch_pickle", "torchscript", "torch_export")
+
+    def seed(self, seed: int) -> None:
+        """Seed python, numpy and torch (CPU and every CUDA device)."""
+        super().seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def set_determinism(self, enabled: bool) -> None:
+        """Ask torch for deterministic kernels; ops without one warn rather than fail."""
+        if enabled:
+            # cuBLAS reads this when it creates its handle; harmless without CUDA
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(enabled, warn_only=True)
+        torch.backends.cudnn.deterministic = enabled
+        # benchmark mode picks cuDNN kernels by timing them, so its choice changes from run to run
+        torch.backends.cudnn.benchmark = False
+
+    def init_distributed(self, rank: int, world_size: int, address: str, port: int) -> None:
+        """Join a gloo process group (NCCL when every rank has its own GPU) through rank 0's TCP store."""
+        import torch.distributed as dist
+
+        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world_size)
+
+    def shutdown_distributed(self) -> None:
+        """Leave the process group, so the ranks exit cleanly."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def default_device(self, rank: int = 0) -> str:
+        """`cuda:<rank>` when a GPU is there, else `cpu`."""
+        if torch.cuda.is_available():
+            return f"cuda:{rank % torch.cuda.device_count()}"
+        return "cpu"
+
+    def to_numpy(self, value: Any) -> Any:
+        """A tensor (on any device, with or without grad) as a numpy array; anything else via np.asarray."""
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+            if value.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every value exactly
+                value = value.float()
+            return value.numpy()
+        return np.asarray(value)
+
+    def versions(self) -> dict[str, str]:
+        """torch, its git commit, CUDA and cuDNN where built with them, and numpy."""
+        found = {"torch": torch.__version__, "numpy": np.__version__}
+        git = getattr(torch.version, "git_version", None)
+        if git:
+            found["torch.git"] = git
+        if torch.version.cuda:
+            found["torch.cuda"] = torch.version.cuda
+        if torch.backends.cudnn.is_available():
+            found["torch.cudnn"] = str(torch.backends.cudnn.version())
+        return found
+
+    def supports(self, fmt: str) -> str | None:
+        """None when this torch can save `fmt`, else why not."""
+        if fmt not in self.formats:
+            return f"torch helper has no format {fmt!r}; known: {', '.join(self.formats)}"
+        needed = _MIN_VERSION.get(fmt)
+        if needed and _version_tuple(torch.__version__) < needed:
+            return f"{fmt} needs torch>={needed[0]}.{needed[1]}, found {torch.__version__}"
+        if fmt == "torch_export" and not all(hasattr(torch.export, n) for n in ("export", "save", "load")):
+            return f"torch {torch.__version__} lacks torch.export.export/save/load"
+        if fmt == "torchscript" and not hasattr(torch, "jit"):
+            return f"torch {torch.__version__} has no torch.jit"
+        return None
+
+    def save(self, workload: Any, ctx: Any, fmt: str, path: Path) -> None:
+        """Write `workload.model` to the file `path` in `fmt`; the model is saved in eval mode."""
+        reason = self.supports(fmt)
+        if reason:
+            raise NotImplementedError(reason)
+        model = workload.model
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad(), _quiet_torch_warnings():
+                if fmt == "state_dict":
+                    torch.save(model.state_dict(), path)
+                elif fmt == "torchscript":
+                    torch.jit.save(self._script(workload, model), str(path))
+                elif fmt == "torch_export":
+                    program = torch.export.export(model, tuple(workload.example_inputs()))
+                    # an open file, so that torch accepts any name the harness picks (it wants *.pt2)
+                    with open(path, "wb") as fh:
+                        torch.export.save(program, fh)
+                elif fmt == "torch_pickle":
+                    torch.save(model, path)
+        finally:
+            model.train(was_training)
+
+    def load(self, workload: Any, ctx: Any, fmt: str, path: Path) -> Any:
+        """Read `path` saved in `fmt`, make it `workload.model` (on ctx.device, eval mode) and return it."""
+        device = torch.device(getattr(ctx, "device", "cpu"))
+        with _quiet_torch_warnings():
+            if fmt == "state_dict":
+                state = torch.load(path, map_location=device, weights_only=True)
+                if hasattr(workload, "load_state_dict"):
+                    return workload.load_state_dict(state)
+                model = workload.build_model() if hasattr(workload, "build_model") else workload.model
+                model.load_state_dict(state)
+            elif fmt == "torchscript":
+                model = torch.jit.load(str(path), map_location=device)
+            elif fmt == "torch_export":
+                with open(path, "rb") as fh:
+                    model = _ExportedModule(torch.export.load(fh).module())
+            elif fmt == "torch_pickle":
+                model = torch.load(path, map_location=device, weights_only=False)
+            else:
+                return super().load(workload, ctx, fmt, path)
+        model = model.to(device).eval()
+        workload.model = model
+        return model
+
+    def peak_device_memory(self) -> int | None:
+        """Peak CUDA memory allocated by torch, or None when CUDA was never used."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return int(torch.cuda.max_memory_allocated())
+        return None
+
+    def reset_peak_device_memory(self) -> None:
+        """Start a new peak for `peak_device_memory` (e.g. between the train and infer phases)."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
+
+    def synchronize(self) -> None:
+        """Wait for queued CUDA work."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    @staticmethod
+    def _script(workload: Any, model: torch.nn.Module) -> Any:
+        """Compile `model` to TorchScript the way the workload asks (`jit_mode`, default trace)."""
+        mode = getattr(workload, "jit_mode", "trace")
+        if mode == "script":
+            return torch.jit.script(model)
+        if mode == "trace":
+            return torch.jit.trace(model, tuple(workload.example_inputs()))
+        raise ValueError(f"jit_mode must be 'trace' or 'script', not {mode!r}")
