@@ -9,7 +9,10 @@ from __future__ import annotations
 import fnmatch
 import shutil
 import sys
+import sysconfig
 import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,18 +21,20 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import modelci
-from modelci import checks, envs, targets
+from modelci import builds, checks, compat, envs, targets
+from modelci.alarms import hooks as alarm_hooks
 from modelci.config import Config
 from modelci.errors import UserError
-from modelci.execute import local
+from modelci.execute import forked, local
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
 from modelci.store import Store
 from modelci.store.schema import utcnow
 
 ZOO = Path(modelci.__file__).resolve().parent / "zoo"
-#: the distribution that a workload's `framework` implies, when the target does not already provide it
-FRAMEWORK_DISTS = {"numpy": "numpy", "torch": "torch", "paddle": "paddlepaddle"}
+#: the distributions that a workload's `framework` implies, when the target does not already provide them;
+#: the harness's helpers hand outputs over as numpy arrays, and torch does not depend on numpy
+FRAMEWORK_DISTS = {"numpy": ["numpy"], "torch": ["torch", "numpy"], "paddle": ["paddlepaddle"]}
 
 
 class Interrupted(Exception):
@@ -59,6 +64,10 @@ class RunOutcome:
     runner: str
     comparisons: list[Comparison] = field(default_factory=list)
     reused: int = 0
+    #: what the alarm step did: events opened/recovered, change points, notifier deliveries (alarms.hooks)
+    alarms: Any = None
+    #: seconds per step of the harness (environment, discovery, execute, ingest, compat, checks, alarms, ...)
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def results(self) -> list[Result]:
@@ -91,16 +100,29 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
     return suites
 
 
-def environment_for(config: Config, target: targets.Target, extra: list[str] = (), log: Any = print) -> envs.Environment:
-    """The environment for a target plus extra requirements; `current` uses this interpreter as it is."""
+def environment_for(config: Config, target: targets.Target, extra: list[str] = (), log: Any = print, *,
+                    lock: envs.lockfile.Lock | None = None) -> envs.Environment:
+    """The environment for a target plus extra requirements, or exactly `lock`; `current` is this interpreter."""
     cache = Path(config.cache_dir)
-    if target.kind == "current":
-        return envs.current(cache)
-    spec = envs.EnvSpec(requirements=[*target.requirements, *extra], python=config.python,
-                        index=envs.IndexConfig.from_pip())
-    env = envs.ensure(spec, cache, log=log)
+    environ = _workload_environ(config)
+    if target.kind == "current" and lock is None:
+        return envs.current(cache, environ=environ)
+    index = envs.IndexConfig.from_pip()
+    index.constraints += envs.constraints.for_config(config.env, cache, sysconfig.get_platform())
+    if lock is not None:
+        return envs.ensure_locked(lock, target, config.python, index, cache, log=log, environ=environ)
+    requirements = list(target.requirements)
+    if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
+        requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)
+    spec = envs.EnvSpec(requirements=[*requirements, *extra], python=config.python, index=index)
+    env = envs.ensure(spec, cache, log=log, environ=environ)
     target.version = envs.installed_version(env, target.name) or target.version
     return env
+
+
+def _workload_environ(config: Config) -> dict[str, str]:
+    """The variables the workloads will see (thread counts, hash seed), so the fingerprint describes them."""
+    return local.child_env(Path(config.cache_dir), config.seed, getattr(config, "threads", 0) or 0)
 
 
 def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo]) -> list[str]:
@@ -113,8 +135,7 @@ def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo]) -
     needed: list[str] = []
     for workload in workloads:
         wants = list(workload.requires)
-        if workload.framework in FRAMEWORK_DISTS:
-            wants.append(FRAMEWORK_DISTS[workload.framework])
+        wants.extend(FRAMEWORK_DISTS.get(workload.framework, []))
         for text in wants:
             requirement = Requirement(text)
             have = pins.get(canonicalize_name(requirement.name))
@@ -156,44 +177,92 @@ def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloa
 
 
 def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
-        reuse: bool = False, progress: Any = None, command: str = "") -> RunOutcome:
-    """Run the selected workloads against one target, store the run, and compare each result with its baseline."""
+        reuse: bool = False, progress: Any = None, command: str = "", lock: str | None = None) -> RunOutcome:
+    """Run the selected workloads against one target, store the run, and compare each result with its baseline.
+
+    With `lock` (a lock file), the environment is rebuilt exactly from it, and the target may be None.
+    """
     from modelci.report.console import Progress
 
     progress = progress or Progress()
     suites = resolve_suites(suite_specs, config.root)
-    target = targets.resolve(target_spec)
-    store = Store(config.db, config.artifacts)
+    locked = envs.lockfile.read(lock) if lock else None
+    target = targets.resolve(target_spec or envs.locked_target(locked), cache_dir=config.cache_dir)
+    store = Store.from_config(config)
+    store.artifacts.check_writable()  # a read-only store refuses the run before it starts, not after (issue 6)
     progress.note(f"target {target.spec}: preparing the environment")
-    env = environment_for(config, target, log=progress.note)
-    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root(config)))
+    timings: dict[str, float] = {}
     try:
-        found = local.discover(env.python, suites, scratch)
+        with _timed(timings, "environment"):
+            env = environment_for(config, target, log=progress.note, lock=locked)
+    except builds.BuildError as exc:  # a commit that does not build gives error results, not a stopped run
+        return builds.failed_outcome(config, store, target, exc, suites, suite_specs, pattern, command)
+    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root(config)))
+    executor = _executor(config, env, scratch)
+    try:
+        with _timed(timings, "discovery"):
+            found = executor.discover(suites)
         workloads, errors = select(found, pattern)
         extra = missing_requirements(env, workloads)
+        if extra and locked is not None:
+            raise UserError(f"the workloads need {', '.join(extra)}, which the lock {lock} does not hold; "
+                            "lock an environment that has them")
         if extra and target.kind != "current":
             progress.note(f"the workloads also need {', '.join(extra)}")
-            env = environment_for(config, target, extra, log=progress.note)
-        outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner)
+            with _timed(timings, "environment"):
+                env = environment_for(config, target, extra, log=progress.note)
+            executor.close()
+            executor = _executor(config, env, scratch)
+        outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner, timings=timings)
         all_found = [WorkloadInfo.from_json(w) for w in found["workloads"]]
         results = error_results(errors, suites, all_found)
-        results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch, results,
-                                                reuse, progress)
+        with _timed(timings, "execute"):
+            results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch, results,
+                                                    reuse, progress, executor=executor)
+        executor.close()
+        timings.update(executor.timings)
         outcome.reused = reused
         started = utcnow()
         if results and (interrupted or len(results) > reused):
-            outcome.run_id = store.ingest(
-                target=target, environment=env, runner=config.runner, results=results,
-                status="interrupted" if interrupted else "complete", suites=suite_specs, selection=pattern or "",
-                command=command, started_at=started,
-            )
+            with _timed(timings, "ingest"):
+                outcome.run_id = store.ingest(
+                    target=target, environment=env, runner=config.runner, results=results,
+                    status="interrupted" if interrupted else "complete", suites=suite_specs, selection=pattern or "",
+                    command=command, started_at=started,
+                )
         if interrupted:
             raise Interrupted(outcome.run_id)
+        # saved models become compat records while the scratch folder still holds them (issue 6)
+        with _timed(timings, "compat"):
+            compat.record_saved_models(store, target, env, results, seed=config.seed, suites=suites,
+                                       workloads=workloads, scratch=scratch, runner=config.runner,
+                                       threads=config.values.get("threads", 0))
         fresh = {id(r) for r in results if not r.reused}
-        outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
+        with _timed(timings, "checks"):
+            outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
+        # alarms after the run is stored, so that a failing notifier can never lose it (issue 5)
+        with _timed(timings, "alarms"):
+            outcome.alarms = alarm_hooks.after_run(config, store, outcome)
         return outcome
     finally:
+        executor.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def _timed(timings: dict[str, float], step: str) -> Any:
+    """Add the seconds the block takes to `timings[step]` (issue 9: what the harness costs, per step)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[step] = timings.get(step, 0.0) + time.perf_counter() - start
+
+
+def _executor(config: Config, env: envs.Environment, scratch: Path) -> forked.Executor:
+    """The executor of one environment: a warm worker to fork from (`isolation = "fork"`), or fresh processes."""
+    return forked.Executor(env.python, scratch, seed=config.seed, threads=config.threads,
+                           isolation=config.values.get("isolation", "fork"), start_timeout=config.timeout)
 
 
 def _scratch_root(config: Config) -> Path:
@@ -204,8 +273,15 @@ def _scratch_root(config: Config) -> Path:
 
 def _execute(config: Config, store: Store, target: targets.Target, env: envs.Environment,
              suites: dict[str, Path], workloads: list[WorkloadInfo], scratch: Path, results: list[Result],
-             reuse: bool, progress: Any) -> tuple[list[Result], int, bool]:
-    """Execute each workload (or reuse a stored result); Ctrl-C stops here and keeps what finished."""
+             reuse: bool, progress: Any, executor: forked.Executor | None = None) -> tuple[list[Result], int, bool]:
+    """Execute each workload (or reuse a stored result); Ctrl-C stops here and keeps what finished.
+
+    Without `executor` one is made for `env` (its worker starts at the first workload) and closed at the end.
+    """
+    if executor is None:
+        with _executor(config, env, scratch) as own:
+            return _execute(config, store, target, env, suites, workloads, scratch, results, reuse, progress,
+                            executor=own)
     reused = 0
     progress.start(len(workloads))
     try:
@@ -218,9 +294,8 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
                 progress.done(workload.id, previous, reused=True)
                 continue
             progress.begin(workload.id)
-            result = local.run_workload(env.python, suites, workload, scratch, seed=config.seed,
-                                        timeout=config.timeout, repeats=config.repeats or None,
-                                        threads=config.threads)
+            result = executor.run_workload(suites, workload, timeout=config.timeout,
+                                           repeats=config.repeats or None)
             results.append(result)
             progress.done(workload.id, result)
     except KeyboardInterrupt:

@@ -336,7 +336,9 @@ def execute(args: argparse.Namespace) -> int:
         helper.seed(args.seed)
         helper.set_determinism(True)
         world_size = args.world_size or max(1, int(cls.devices))
-        ctx = Context(seed=args.seed, device=args.device, scratch=out / "scratch", rank=args.rank,
+        device = helper.default_device(args.rank) if args.device == "auto" else args.device
+        rec.data["info"]["device"] = device
+        ctx = Context(seed=args.seed, device=device, scratch=out / "scratch", rank=args.rank,
                       world_size=world_size)
         ctx.scratch.mkdir(exist_ok=True)
         if world_size > 1:
@@ -397,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--file", help="the suite file that defines the workload")
     run.add_argument("--out", required=True)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--device", default="cpu")
+    run.add_argument("--device", default="auto", help="cpu, cuda:0, … (default: an accelerator when present)")
     run.add_argument("--repeats", type=int, default=None)
     run.add_argument("--warmup", type=int, default=None)
     run.add_argument("--no-save", dest="save", action="store_false")

@@ -69,6 +69,10 @@ class PythonHelper:
     def shutdown_distributed(self) -> None:
         """Leave the process group."""
 
+    def default_device(self, rank: int = 0) -> str:
+        """The device a workload runs on when the harness is not told: an accelerator when there is one."""
+        return "cpu"
+
     def peak_device_memory(self) -> int | None:
         """Peak accelerator memory in bytes since the last reset, or None without one."""
         return None
