@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -74,7 +76,7 @@ def test_environment_holds_nothing_of_modelci(fakefw_spec, tmp_path):
 def test_fingerprint_describes_the_env_python(fakefw_spec, tmp_path):
     env = ensure(fakefw_spec, tmp_path / "cache", log=lambda line: None)
     fingerprint = env.fingerprint
-    assert fingerprint["schema"] == 1
+    assert fingerprint["schema"] == 2
     assert fingerprint["python"] == ".".join(map(str, sys.version_info[:3]))
     assert fingerprint["implementation"] and fingerprint["platform"] and fingerprint["machine"]
     assert fingerprint["cpu_count"] == os.cpu_count()
@@ -127,6 +129,77 @@ def test_concurrent_ensure_builds_once(fake_wheel_factory, tmp_path):
     assert sum(out.count("building environment") for out in outputs) == 1
     paths = {line for out in outputs for line in out.splitlines() if line.startswith("path ")}
     assert len(paths) == 1
+
+
+SLOW_BACKEND = """
+import base64, hashlib, os, time, zipfile
+
+HANG, STARTED = {hang!r}, {started!r}
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    open(STARTED, "w").close()
+    while os.path.exists(HANG):  # the test kills the build here
+        time.sleep(0.05)
+    files = {{"slowpkg/__init__.py": b"", "slowpkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\\nName: slowpkg\\n"
+             b"Version: 1.0\\n", "slowpkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\\nGenerator: t\\n"
+             b"Root-Is-Purelib: true\\nTag: py3-none-any\\n"}}
+    record = [p + ",sha256=" + base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode()
+              + "," + str(len(d)) for p, d in files.items()] + ["slowpkg-1.0.dist-info/RECORD,,"]
+    files["slowpkg-1.0.dist-info/RECORD"] = "\\n".join(record).encode()
+    name = "slowpkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return name
+"""
+
+
+def test_killing_a_build_midway_leaves_nothing_that_looks_valid(tmp_path):
+    """SIGKILL a process while uv builds a requirement inside ensure(); the next ensure() rebuilds."""
+    hang, started = tmp_path / "hang", tmp_path / "started"
+    hang.touch()
+    package = tmp_path / "slowpkg"
+    package.mkdir()
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (package / "backend.py").write_text(SLOW_BACKEND.format(hang=str(hang), started=str(started)))
+    spec = EnvSpec([str(package)], index=IndexConfig(no_index=True))
+    cache = tmp_path / "cache"
+    script = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from modelci.envs import EnvSpec, IndexConfig, ensure
+        ensure(EnvSpec([sys.argv[1]], index=IndexConfig(no_index=True)), Path(sys.argv[2]))
+        """
+    )
+    builder = subprocess.Popen([sys.executable, "-c", script, str(package), str(cache)], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert builder.poll() is None, builder.stderr.read().decode()
+            assert time.monotonic() < deadline, "the build never reached the backend"
+            time.sleep(0.02)
+    finally:
+        os.killpg(builder.pid, signal.SIGKILL)  # the whole session: python, uv and the build backend
+        builder.communicate(timeout=60)
+
+    path = cache / "envs" / spec.id()
+    assert (path / "bin" / "python").exists()  # killed midway: the venv exists ...
+    assert not (path / SPEC_FILE).exists()  # ... but nothing marks it complete
+
+    hang.unlink()
+    logs: list[str] = []
+    env = ensure(spec, cache, log=logs.append)
+    assert any("removing incomplete environment" in line for line in logs)
+    assert installed_version(env, "slowpkg") == "1.0"
+    assert (path / SPEC_FILE).exists()
 
 
 def test_unresolvable_requirement_is_a_user_error(fake_wheel_factory, tmp_path):

@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +32,8 @@ class Option:
     type: type
     default: Any
     help: str
+    #: the values it may take, when it is a choice (empty: any value of its type)
+    choices: tuple = ()
 
     @property
     def env(self) -> str:
@@ -41,6 +44,10 @@ class Option:
 OPTIONS = [
     Option("db", str, ".modelci/history.db", "history database: a SQLite file path or a SQLAlchemy URL"),
     Option("artifacts", str, ".modelci/artifacts", "artifact store: a folder or any fsspec URL (s3://bucket/prefix)"),
+    Option("artifacts_options", dict, {}, "fsspec storage options of the artifact store: a TOML table, or JSON in "
+           'the variable (e.g. {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}, or {"anon": true})'),
+    Option("artifacts_readonly", bool, False, "open the artifact store read-only (e.g. a public bucket): writes are "
+           "refused, compat still reads from it"),
     Option("cache_dir", str, "~/.cache/modelci", "where environments and built wheels are cached"),
     Option("runner", str, socket.gethostname(), "runner label stored with every run (e.g. ci-cpu)"),
     Option("timeout", float, 1800.0, "seconds one workload may take before it is killed and marked timeout"),
@@ -50,6 +57,9 @@ OPTIONS = [
     Option("threads", int, 1, "BLAS/OpenMP threads per workload (0: leave the variables as they are); a fixed count "
                               "keeps timings comparable and numerics reproducible on a shared runner"),
     Option("suites", list, [], "default suites when --suite is not given (folders or zoo:NAME)"),
+    Option("isolation", str, "fork", "how each workload gets a fresh process: fork (one warm worker per environment "
+           "imports the framework once and forks a child per workload; spawn where forking is unsafe) or spawn "
+           "(a new interpreter per workload)", choices=("fork", "spawn")),
 ]
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 PATH_OPTIONS = ("db", "artifacts")
@@ -63,6 +73,13 @@ class Config:
     sources: dict[str, str]
     checks: dict[str, Any] = field(default_factory=dict)
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    #: [[policy]] (per-metric KPI objects), [[allow]], [[notify]] and [alarms]: see modelci.alarms.settings
+    policies: list[dict[str, Any]] = field(default_factory=list)
+    allow: list[dict[str, Any]] = field(default_factory=list)
+    notify: list[dict[str, Any]] = field(default_factory=list)
+    alarms: dict[str, Any] = field(default_factory=dict)
+    #: [env]: `constraints` (absolute paths) and `platform_overrides` (platform glob -> absolute path); envs.constraints
+    env: dict[str, Any] = field(default_factory=dict)
     file: Path | None = None
     root: Path = field(default_factory=Path.cwd)
 
@@ -73,16 +90,20 @@ class Config:
             raise AttributeError(name) from None
 
     def policy_for(self, workload: str) -> Callable[[str], Any]:
-        """A function metric -> Policy for one workload: the [checks] defaults, then matching overrides in order."""
+        """A function metric -> Policy for one workload: the [checks] defaults, then matching overrides and
+        [[policy]] entries in order; a metric under an [[allow]] entry is report-only (active = false)."""
+        from modelci.alarms.settings import allow_entry
         from modelci.checks import Policy
 
         def policy(metric: str) -> Any:
             settings = dict(self.checks)
-            for entry in self.overrides:
+            for entry in [*self.overrides, *self.policies]:
                 if fnmatch.fnmatchcase(workload, entry.get("workload", "*")) and fnmatch.fnmatchcase(
                     metric, entry.get("metric", "*")
                 ):
-                    settings.update({k: v for k, v in entry.items() if k not in ("workload", "metric")})
+                    settings.update({k: v for k, v in entry.items() if k not in ("workload", "metric", "_entry")})
+            if allow_entry(self.allow, workload, metric) is not None:
+                settings["active"] = False
             return Policy(**settings)
 
         return policy
@@ -112,8 +133,9 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = None, cwd: Path | None = None,
-         environ: dict[str, str] | None = None) -> Config:
-    """Resolve the configuration with precedence CLI > environment > file > default."""
+         environ: dict[str, str] | None = None, today: date | None = None) -> Config:
+    """Resolve the configuration with precedence CLI > environment > file > default. `today` is the date
+    [[allow]] entries expire against (default: the local date)."""
     cwd = cwd or Path.cwd()
     environ = os.environ if environ is None else environ
     if config_file:
@@ -132,7 +154,7 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     sources: dict[str, str] = {}
     for option in OPTIONS:
         values[option.name], sources[option.name] = option.default, "default"
-    known = set(OPTION_BY_NAME) | {"checks", "overrides"}
+    known = set(OPTION_BY_NAME) | {"checks", "overrides", "policy", "allow", "notify", "alarms", "env"}
     for key, value in data.items():
         if key not in known:
             raise UserError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
@@ -153,12 +175,23 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     values["cache_dir"] = str(Path(values["cache_dir"]).expanduser())
     checks = validate_policy(data.get("checks", {}), f"{where}: [checks]")
     overrides = validate_overrides(data.get("overrides", []), where)
-    return Config(values=values, sources=sources, checks=checks, overrides=overrides, file=path, root=root)
+    from modelci.alarms import settings as alarm_settings
+
+    return Config(values=values, sources=sources, checks=checks, overrides=overrides, file=path, root=root,
+                  env=validate_env(data.get("env", {}), f"{where}: [env]", root),
+                  policies=alarm_settings.validate_policy_entries(data.get("policy", []), where, validate_policy),
+                  allow=alarm_settings.validate_allow(data.get("allow", []), where, today or date.today()),
+                  notify=alarm_settings.validate_notify(data.get("notify", []), where),
+                  alarms=alarm_settings.validate_alarm_settings(data.get("alarms", {}), where))
 
 
 def coerce(option: Option, value: Any, where: str) -> Any:
     """Convert a value to the option's type, or raise a UserError naming where it came from."""
     try:
+        if option.type is dict:
+            return _coerce_dict(value)
+        if option.type is bool:
+            return _coerce_bool(value)
         if option.type is list:
             if isinstance(value, str) or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise TypeError
@@ -166,6 +199,8 @@ def coerce(option: Option, value: Any, where: str) -> Any:
         if option.type is str:
             if not isinstance(value, str):
                 raise TypeError
+            if option.choices and value not in option.choices:
+                raise UserError(f"{where} must be one of {', '.join(option.choices)}, got {value!r}")
             return value
         if isinstance(value, bool):
             raise TypeError
@@ -174,9 +209,30 @@ def coerce(option: Option, value: Any, where: str) -> Any:
         raise UserError(f"{where} must be {_type_name(option.type)}, got {value!r}") from None
 
 
+def _coerce_dict(value: Any) -> dict[str, Any]:
+    """A table from TOML, or a JSON object from an environment variable or a flag."""
+    if isinstance(value, str):
+        import json
+
+        value = json.loads(value)  # a JSONDecodeError is a ValueError: reported by coerce
+    if not isinstance(value, dict):
+        raise TypeError
+    return dict(value)
+
+
+def _coerce_bool(value: Any) -> bool:
+    """true/false from TOML, or 1/0/true/false/yes/no from an environment variable."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    raise TypeError
+
+
 def _type_name(kind: Any) -> str:
     return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-            list: "a list of strings"}.get(kind, getattr(kind, "__name__", str(kind)))
+            list: "a list of strings",
+            dict: "a table (a JSON object in a variable)"}.get(kind, getattr(kind, "__name__", str(kind)))
 
 
 def policy_fields() -> dict[str, Any]:
@@ -198,12 +254,19 @@ def validate_policy(table: Any, where: str) -> dict[str, Any]:
         kind = str(fields[key])
         if "bool" in kind:
             ok = isinstance(value, bool)
+        elif "str" in kind:
+            ok = isinstance(value, str)
         elif "int" in kind and "float" not in kind:
             ok = isinstance(value, int) and not isinstance(value, bool)
         else:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not ok:
             raise UserError(f"{where}: key {key!r} must be {kind.replace(' | None', '')}, got {value!r}")
+        if key == "direction" and value not in ("lower", "higher"):
+            raise UserError(f"{where}: key 'direction' must be \"lower\" or \"higher\" (which is better), "
+                            f"got {value!r}")
+        if key in ("threshold", "tolerance", "skip_head") and value < 0:
+            raise UserError(f"{where}: key {key!r} must not be negative, got {value!r}")
         checked[key] = value
     return checked
 
@@ -226,3 +289,25 @@ def validate_overrides(entries: Any, where: str) -> list[dict[str, Any]]:
         settings = validate_policy({k: v for k, v in entry.items() if k not in patterns}, label)
         checked.append({**patterns, **settings})
     return checked
+
+
+def validate_env(table: Any, where: str, root: Path) -> dict[str, Any]:
+    """Check the [env] table: `constraints` (a list of files) and `platform_overrides` (platform glob -> file).
+
+    Paths are made absolute against the config file's folder; the files themselves are read when used.
+    """
+    if not isinstance(table, dict):
+        raise UserError(f"{where} must be a table with `constraints` and `platform_overrides`")
+    known = {"constraints", "platform_overrides"}
+    for key in table:
+        if key not in known:
+            raise UserError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
+    files = table.get("constraints", [])
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise UserError(f"{where}: key 'constraints' must be a list of file paths, got {files!r}")
+    overrides = table.get("platform_overrides", {})
+    if not isinstance(overrides, dict) or not all(isinstance(v, str) for v in overrides.values()):
+        raise UserError(f"{where}: key 'platform_overrides' must be a table of platform = \"file\" "
+                        f"(e.g. linux-aarch64 = \"constraints/aarch64.txt\"), got {overrides!r}")
+    return {"constraints": [str((root / Path(f).expanduser()).resolve()) for f in files],
+            "platform_overrides": {k: str((root / Path(v).expanduser()).resolve()) for k, v in overrides.items()}}

@@ -1,8 +1,8 @@
 """Target specs → Target: what framework build is under test and how to install it.
 
-A target is a requirement (`numpy==2.0.0`), a wheel file, or `current` (the running interpreter as
-it is). Its identity in the history is what actually got installed: name, version, and the wheel's
-sha256 or the commit where there is one.
+A target is a requirement (`numpy==2.0.0`), a wheel file, a git commit (`git+URL@REF`, built by
+`modelci.builds`), or `current` (the running interpreter as it is). Its identity in the history is what
+actually got installed: name, version, and the wheel's sha256 or the commit where there is one.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -30,13 +31,19 @@ class Target:
     wheel_sha256: str | None = None
     commit_date: str | None = None
     subject: str | None = None
+    #: git targets: where the commit comes from, the ref asked for, and how it is built (builds.BuildPlan text)
+    repo: str | None = None
+    ref: str | None = None
+    build: str = ""
+    subdirectory: str = ""
+    author: str | None = None
 
     @property
     def label(self) -> str:
         """A short human name: `numpy==2.0.0`, `fakefw==1.1 (wheel ab12cd34)`, `current`."""
         if self.kind == "current":
             return "current"
-        text = f"{self.name}=={self.version}" if self.version else self.spec
+        text = f"{self.name}=={self.version}" if self.version else self.name if self.kind == "git" else self.spec
         if self.commit:
             text += f"@{self.commit[:10]}"
         elif self.wheel_sha256:
@@ -49,15 +56,19 @@ class Target:
                 "wheel_sha256": self.wheel_sha256}
 
 
-def resolve(spec: str) -> Target:
-    """Parse a target spec; a bad one is a UserError that names it and says what is accepted."""
+def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:
+    """Parse a target spec; a bad one is a UserError that names it and says what is accepted.
+
+    A git spec is resolved to its commit through a mirror in `cache_dir` (default ~/.cache/modelci); the build
+    itself happens later, in `builds.prepare`, when the environment is made.
+    """
     text = spec.strip()
     if text == "current":
         return Target(spec=text, kind="current", name="current")
     if text.endswith(".whl"):
         return _wheel_target(text)
     if text.startswith("git+"):
-        raise UserError(f"target {spec!r}: git targets are not supported yet; build a wheel and pass its path")
+        return _git_target(text, cache_dir)
     try:
         requirement = Requirement(text)
     except InvalidRequirement as exc:
@@ -84,3 +95,63 @@ def _wheel_target(text: str) -> Target:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return Target(spec=text, kind="wheel", name=canonicalize_name(name), requirements=[str(path)],
                   version=str(version), wheel_sha256=digest)
+
+
+def git_spec(repo: str, ref: str, build: str | None = None, subdirectory: str | None = None) -> str:
+    """The target spec of commit `ref` of `repo` (a path or URL) built with `build`: `git+URL@REF#build=...`."""
+    from modelci.gitrepo import normalize_url
+
+    url, _ = normalize_url(repo)
+    fragment = []
+    if build and build.strip() != "wheel":
+        fragment.append("build=" + quote(build.strip(), safe=":/"))
+    if subdirectory:
+        fragment.append("subdirectory=" + quote(subdirectory.strip("/"), safe="/"))
+    return f"git+{url}@{ref}" + ("#" + "&".join(fragment) if fragment else "")
+
+
+def parse_git_spec(text: str) -> tuple[str, str, dict[str, str]]:
+    """`git+URL[@REF][#build=...&subdirectory=...]` -> (URL, REF or "HEAD", fragment options)."""
+    body, _, fragment = text.removeprefix("git+").partition("#")
+    options = dict(parse_qsl(fragment, keep_blank_values=True))
+    unknown = sorted(set(options) - {"build", "subdirectory", "egg"})
+    if unknown:
+        raise UserError(f"target {text!r}: unknown option(s) {', '.join(unknown)} after '#'; "
+                        "known: build=wheel|pythonpath|CMD, subdirectory=FOLDER")
+    # the ref follows the last "@" of the path, so ssh://git@host/repo.git@v1 keeps its user
+    scheme_end = body.find("://")
+    path_start = body.find("/", scheme_end + 3) if scheme_end >= 0 else 0
+    url, ref = body, "HEAD"
+    if "@" in body[max(path_start, 0):]:
+        url, _, ref = body.rpartition("@")
+    if not url or not ref:
+        raise UserError(f"target {text!r}: expected git+URL@REF (a path, file://, https:// or ssh:// URL)")
+    return url, ref, options
+
+
+def _git_target(text: str, cache_dir: str | Path | None) -> Target:
+    from modelci.gitrepo import GitRepo
+
+    url, ref, options = parse_git_spec(text)
+    repo = GitRepo(url, cache_dir or Path("~/.cache/modelci").expanduser())
+    sha = repo.resolve(ref)
+    commit = repo.commit(sha)
+    subdirectory = options.get("subdirectory", "").strip("/")
+    name = _project_name(repo.show(sha, f"{subdirectory}/pyproject.toml" if subdirectory else "pyproject.toml"))
+    name = name or urlsplit(repo.url).path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "project"
+    return Target(spec=text, kind="git", name=canonicalize_name(name), commit=sha, commit_date=commit.date,
+                  subject=commit.subject, author=commit.author, repo=repo.url, ref=ref,
+                  build=options.get("build", ""), subdirectory=subdirectory)
+
+
+def _project_name(pyproject: str | None) -> str | None:
+    """[project] name from a pyproject.toml text; None when absent or unparsable (the build will say why)."""
+    if pyproject is None:
+        return None
+    import tomllib
+
+    try:
+        name = tomllib.loads(pyproject).get("project", {}).get("name")
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None

@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import modelci
-from modelci import builds, checks, compat, envs, targets
+from modelci import builds, calibrate, checks, compat, envs, targets
 from modelci.alarms import hooks as alarm_hooks
 from modelci.config import Config
 from modelci.errors import UserError
@@ -34,7 +34,10 @@ from modelci.store.schema import utcnow
 ZOO = Path(modelci.__file__).resolve().parent / "zoo"
 #: the distributions that a workload's `framework` implies, when the target does not already provide them;
 #: the harness's helpers hand outputs over as numpy arrays, and torch does not depend on numpy
-FRAMEWORK_DISTS = {"numpy": ["numpy"], "torch": ["torch", "numpy"], "paddle": ["paddlepaddle"]}
+FRAMEWORK_DISTS = {"numpy": ["numpy"], "torch": ["torch", "numpy"], "paddle": ["paddlepaddle", "setuptools"]}
+#: what a target's distribution needs at import time but does not declare: paddlepaddle 3.0 imports
+#: setuptools, which a `python -m venv` has and a uv venv does not
+UNDECLARED_NEEDS = {"paddlepaddle": ["setuptools"], "paddlepaddle-gpu": ["setuptools"]}
 
 
 class Interrupted(Exception):
@@ -114,6 +117,7 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
     requirements = list(target.requirements)
     if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
         requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)
+    extra = list(dict.fromkeys([*UNDECLARED_NEEDS.get(target.name, []), *extra]))
     spec = envs.EnvSpec(requirements=[*requirements, *extra], python=config.python, index=index)
     env = envs.ensure(spec, cache, log=log, environ=environ)
     target.version = envs.installed_version(env, target.name) or target.version
@@ -145,15 +149,17 @@ def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo]) -
 
 
 def select(found: dict[str, Any], pattern: str | None) -> tuple[list[WorkloadInfo], list[dict[str, Any]]]:
-    """Filter discovered workloads with -k (a substring or glob of the id); nothing selected is a UserError."""
+    """Filter discovered workloads with -k (a substring, or a glob of the id or the name); none is a UserError."""
     workloads = [WorkloadInfo.from_json(w) for w in found["workloads"]]
     errors = list(found["errors"])
     if pattern:
         def match(text: str) -> bool:
             return fnmatch.fnmatchcase(text, pattern) if any(c in pattern for c in "*?[") else pattern in text
 
-        workloads = [w for w in workloads if match(w.id)]
-        errors = [e for e in errors if match(Path(e["file"]).stem) or match(e["suite"])]
+        workloads = [w for w in workloads if match(w.id) or match(w.name)]
+        matched_errors = [e for e in errors if match(Path(e["file"]).stem) or match(e["suite"])]
+        # a workload that -k names may sit in a file that failed to import: then show every import error
+        errors = matched_errors if workloads or matched_errors else errors
         if not workloads and not errors:
             names = ", ".join(w["id"] for w in found["workloads"]) or "none"
             raise UserError(f"-k {pattern!r} matches no workload; the suites hold: {names}")
@@ -305,6 +311,11 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
     return results, reused, False
 
 
+def policy_for(config: Config, store: Store, workload: str) -> Any:
+    """The metric -> Policy function of one workload: config settings, floored by its calibrated noise."""
+    return calibrate.with_noise(config.policy_for(workload), calibrate.profile(store, config.runner, workload))
+
+
 def evaluate(config: Config, store: Store, target: targets.Target, results: list[Result],
              baselines: dict[str, Result | None] | None = None, store_for: set[int] | None = None) -> list[Comparison]:
     """Compare each result with its baseline (given, or the default one from the history) and store the findings."""
@@ -314,7 +325,7 @@ def evaluate(config: Config, store: Store, target: targets.Target, results: list
             baseline = baselines.get(result.workload)
         else:
             baseline = store.baseline(result.workload, config.runner, target)
-        findings = checks.evaluate(result, baseline, config.policy_for(result.workload))
+        findings = checks.evaluate(result, baseline, policy_for(config, store, result.workload))
         if result.id is not None and (store_for is None or id(result) in store_for):
             store.add_findings(result.id, baseline.id if baseline else None, findings)
         comparisons.append(Comparison(result=result, baseline=baseline, findings=findings))
@@ -348,10 +359,11 @@ def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pa
     side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
     side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
     baselines = {r.workload: r for r in side_a.results}
+    store = Store(config.db, config.artifacts)
     comparisons = []
     for result in side_b.results:
         baseline = baselines.get(result.workload)
-        findings = checks.evaluate(result, baseline, config.policy_for(result.workload))
+        findings = checks.evaluate(result, baseline, policy_for(config, store, result.workload))
         comparisons.append(Comparison(result=result, baseline=baseline, findings=findings))
     return CompareOutcome(a=side_a, b=side_b, comparisons=comparisons)
 

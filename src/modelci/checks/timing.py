@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import mannwhitneyu
-
 from modelci.checks.policy import Finding, Policy, json_number, skip_head
 
 #: below this many samples on a side the rank test cannot reach p < 0.05, so only the factor decides
@@ -52,6 +50,9 @@ def compare_samples(
         numbers["test"] = "factor-only"
         significant = True
     else:
+        # scipy.stats takes seconds to import; only a comparison that reaches the test should pay for it
+        from scipy.stats import mannwhitneyu
+
         current_higher = (direction == "worse") == lower_is_better
         p_value = float(mannwhitneyu(cur, base, alternative="greater" if current_higher else "less").pvalue)
         numbers["p_value"] = p_value

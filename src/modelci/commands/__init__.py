@@ -8,9 +8,16 @@ over a library"). A new command adds its module here, and nowhere else.
 COMMANDS = [
     "modelci.commands.run",
     "modelci.commands.compare",
+    "modelci.commands.calibrate",
     "modelci.commands.history",
     "modelci.commands.show",
     "modelci.commands.config",
+    "modelci.commands.env",
+    "modelci.commands.alarms",
+    "modelci.commands.report",
+    "modelci.commands.serve",
+    "modelci.commands.compat",
+    "modelci.commands.bisect",
 ]
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

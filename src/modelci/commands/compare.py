@@ -12,6 +12,9 @@ def add_parser(sub) -> None:
     parser.add_argument("b", metavar="B", help="the target under test")
     add_selection(parser)
     parser.add_argument("--rerun", action="store_true", help="run both targets again instead of reusing results")
+    from modelci.commands.run import add_report_files
+
+    add_report_files(parser)
 
 
 def main(args, cfg) -> int:
@@ -29,4 +32,12 @@ def main(args, cfg) -> int:
     views.render_compare(outcome, views.console())
     if args.json_path:
         json_report.write(args.json_path, json_report.compare_report(outcome))
+    if args.junit:
+        from modelci.report import junit
+
+        junit.write(args.junit, junit.compare_xml(outcome))
+    if args.markdown:
+        from modelci.report import markdown
+
+        markdown.write(args.markdown, markdown.compare_summary(outcome))
     return EXIT_REGRESSION if outcome.regressed else EXIT_OK

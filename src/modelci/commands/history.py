@@ -9,8 +9,10 @@ def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("history", help="the stored history: workloads, or one metric of one workload")
     parser.add_argument("workload", nargs="?", help="workload id, e.g. numpy/MLPClassifier")
-    parser.add_argument("--metric", default="time.train", help="metric name (default time.train)")
+    parser.add_argument("--metric", help="metric name (default time.train; with --changes: every metric)")
     parser.add_argument("--runner", help="only this runner")
+    parser.add_argument("--changes", action="store_true",
+                        help="change points of every series (runner, workload, metric) across targets")
 
 
 def main(args, cfg) -> int:
@@ -21,6 +23,16 @@ def main(args, cfg) -> int:
 
     store = Store(cfg.db, cfg.artifacts)
     out = views.console()
+    if args.changes:
+        from modelci.alarms import changes, hooks
+        from modelci.alarms import views as alarm_views
+
+        hooks.check_policy_metrics(cfg, store)
+        workloads = [args.workload] if args.workload else None
+        series = changes.load_series(store, runner=args.runner, workloads=workloads, metric=args.metric)
+        alarm_views.render_changes(changes.find_changes(series, changes.calibrated(cfg, store)), out)
+        return EXIT_OK
+    args.metric = args.metric or "time.train"
     if not args.workload:
         views.render_workloads(store.workloads(args.runner), store.runs(args.runner), out)
         return EXIT_OK

@@ -8,9 +8,48 @@ from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_sel
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("run", help="run a suite against one target and compare with the baseline")
-    parser.add_argument("--target", required=True, help="numpy==2.0.0, a path to a .whl, or current")
+    parser.add_argument("--target", help="numpy==2.0.0, a path to a .whl, git+URL@REF, or current")
+    parser.add_argument("--repo", help="a git repository (path or URL) whose commit --ref is the target")
+    parser.add_argument("--ref", help="with --repo: the branch, tag or commit to build (default HEAD)")
+    parser.add_argument("--build", help="how a git target is built: wheel (default), pythonpath[:FOLDER], or a "
+                                        "shell command that leaves a wheel in $MODELCI_DIST_DIR")
+    parser.add_argument("--lock", metavar="FILE", help="rebuild the environment exactly from this lock file "
+                                                       "(`modelci env lock`); --target defaults to the lock's target")
     add_selection(parser)
     parser.add_argument("--reuse", action="store_true", help="reuse stored results of the same target, env and code")
+    add_report_files(parser)
+
+
+def add_report_files(parser) -> None:
+    """--junit and --markdown, shared with `compare`."""
+    parser.add_argument("--junit", metavar="FILE", help="write JUnit XML: one test case per workload and check")
+    parser.add_argument("--markdown", metavar="FILE", help="write a GitHub-flavoured Markdown summary (PR comment, "
+                                                         "$GITHUB_STEP_SUMMARY)")
+
+
+def target_spec(args) -> str | None:
+    """The target spec from --target, or from --repo/--ref/--build (which make a `git+URL@REF` spec)."""
+    from modelci import targets
+    from modelci.errors import UserError
+
+    if args.repo:
+        if args.target:
+            raise UserError("give either --target or --repo/--ref, not both")
+        return targets.git_spec(args.repo, args.ref or "HEAD", args.build)
+    if not args.target and getattr(args, "lock", None):
+        return None  # the lock names its target
+    if not args.target:
+        raise UserError("no target: pass --target SPEC (numpy==2.0.0, a .whl, git+URL@REF, current) "
+                        "or --repo PATH --ref REF")
+    if args.ref:
+        raise UserError("--ref needs --repo")
+    if args.build:
+        if not args.target.startswith("git+"):
+            raise UserError(f"--build applies to git targets only, not {args.target!r}")
+        if "#" not in args.target:
+            url, ref, _ = targets.parse_git_spec(args.target)
+            return targets.git_spec(url, ref, args.build)
+    return args.target
 
 
 def main(args, cfg) -> int:
@@ -20,8 +59,9 @@ def main(args, cfg) -> int:
     from modelci.report import json_report
 
     try:
-        outcome = workflow.run(cfg, args.target, args.suite or cfg.suites, args.pattern, reuse=args.reuse,
-                               progress=views.Progress(quiet=args.quiet), command=args.command_line)
+        outcome = workflow.run(cfg, target_spec(args), args.suite or cfg.suites, args.pattern, reuse=args.reuse,
+                               progress=views.Progress(quiet=args.quiet), command=args.command_line,
+                               lock=args.lock)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         return EXIT_INTERRUPTED
@@ -29,4 +69,17 @@ def main(args, cfg) -> int:
     bad = workflow.failed(outcome)
     if args.json_path:
         json_report.write(args.json_path, json_report.run_report(outcome, bad))
+    _write_report_files(args, outcome)
     return EXIT_REGRESSION if bad else EXIT_OK
+
+
+def _write_report_files(args, outcome) -> None:
+    """The alarm events of the run, then the --junit and --markdown files."""
+    from modelci.alarms import views as alarm_views
+    from modelci.report import console, junit, markdown
+
+    alarm_views.render_alarm_report(outcome.alarms, console.console())
+    if args.junit:
+        junit.write(args.junit, junit.run_xml(outcome))
+    if args.markdown:
+        markdown.write(args.markdown, markdown.run_summary(outcome))

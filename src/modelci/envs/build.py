@@ -1,13 +1,17 @@
 """Build, cache and lock environments with uv (DESIGN.md, vocabulary: "environment").
 
-An environment is a uv venv in `<cache_dir>/envs/<id>/`, where the id is the hash of its spec. The spec is
-written into the venv last, once install, lock and fingerprint have succeeded, and a venv is reused only when
-that file matches (STYLE.md: "Mark a cache valid only once it is complete"). Anything else in its place is a
-half-built environment from a killed build: it is deleted and built again.
+An environment is a uv venv in `<cache_dir>/envs/<spec id>/`, where the spec id is the hash of its spec. The
+spec is written into the venv last, once install, lock and fingerprint have succeeded, and a venv is reused only
+when that file matches (STYLE.md: "Mark a cache valid only once it is complete"). Anything else in its place
+is a half-built environment from a killed build: it is deleted and built again.
+
+The environment's own id is defined by its content (`lockfile` explains why), so an environment rebuilt
+from a lock (`EnvSpec.lock`, installed with `uv pip sync`) carries the same id as the one it was locked from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -16,12 +20,15 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelci.envs.fingerprint import collect, normalize, parse_lock
+from packaging.utils import parse_wheel_filename
+
+from modelci.envs import lockfile
+from modelci.envs.fingerprint import collect, normalize, numerics_env, parse_lock
 from modelci.envs.pipconfig import IndexConfig
 from modelci.errors import HarnessError, UserError
 
@@ -30,6 +37,8 @@ SPEC_SCHEMA = 1
 SPEC_FILE = "modelci-env.json"
 LOCK_FILE = "modelci-lock.txt"
 FINGERPRINT_FILE = "modelci-fingerprint.json"
+#: touched each time a cached environment is handed out, so `gc` knows what is in use
+LAST_USED_FILE = "modelci-last-used"
 
 _ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz")
 
@@ -41,6 +50,8 @@ class EnvSpec:
     requirements: list[str]
     python: str = sys.executable
     index: IndexConfig = field(default_factory=IndexConfig)
+    #: when set, the environment is exactly this lock (`uv pip sync`) and `requirements` must be empty
+    lock: lockfile.Lock | None = None
 
     def __post_init__(self) -> None:
         # uv runs in the cache folder, so relative paths must be made absolute while the user's cwd is known.
@@ -50,23 +61,41 @@ class EnvSpec:
 
     def to_json(self) -> dict:
         """The canonical spec; local wheel files are included by content, so a rebuilt wheel gets a new id."""
-        files = {req: _sha256_file(req) for req in self.requirements if os.path.isfile(req)}
-        return {
+        # constraint files too: editing one must not hand out an environment built under the old text
+        local = [*self.requirements, *self.index.constraints]
+        files = {path: _sha256_file(path) for path in local if os.path.isfile(path)}
+        spec = {
             "schema": SPEC_SCHEMA,
             "requirements": list(self.requirements),
             "python": self.python,
             "index": self.index.to_json(),
             "files": files,
         }
+        if self.lock is not None:
+            spec["lock"] = self.lock.to_json()
+        return spec
 
     def id(self) -> str:
-        """First 16 hex digits of the sha256 of the canonical spec JSON; the same spec gives the same id."""
+        """The spec id, which names the cache folder: 16 hex digits of the sha256 of the canonical spec JSON."""
         return _digest(self.to_json())
+
+    def build_info(self) -> dict:
+        """How the environment was made, kept in its fingerprint: requested requirements, local wheels, constraints."""
+        if self.lock is not None:
+            return {"requested": list(self.lock.requested), "target": self.lock.target, "wheels": self.lock.wheels,
+                    "constraints": _files(self.index.constraints), "from_lock": self.lock.environment}
+        wheels = []
+        for req in self.requirements:
+            if req.endswith(".whl") and os.path.isfile(req):
+                name, version, _, _ = parse_wheel_filename(os.path.basename(req))
+                wheels.append({"name": normalize(str(name)), "version": str(version), "path": req,
+                               "sha256": _sha256_file(req)})
+        return {"requested": list(self.requirements), "wheels": wheels, "constraints": _files(self.index.constraints)}
 
 
 @dataclass
 class Environment:
-    """An environment ready to run workloads: its interpreter, exact pins (lock) and fingerprint."""
+    """An environment ready to run workloads: its id (by content), interpreter, exact pins (lock), fingerprint."""
 
     id: str
     path: Path | None
@@ -77,28 +106,33 @@ class Environment:
     isolated: bool
 
 
-def ensure(spec: EnvSpec, cache_dir: Path, *, log: Callable[[str], object] = print) -> Environment:
-    """Return the cached environment for `spec`, building it if needed (uv venv + uv pip install).
+def ensure(spec: EnvSpec, cache_dir: Path, *, log: Callable[[str], object] = print,
+           environ: Mapping[str, str] | None = None) -> Environment:
+    """Return the cached environment for `spec`, building it if needed (uv venv + uv pip install, or sync).
 
-    Raises UserError when a requirement cannot be installed, and HarnessError when uv cannot be found.
+    `environ` is what the workloads will see (thread variables and the like); the fingerprint is probed under
+    it, and probed again when a cached environment is handed out under other numerics variables.
+    Raises UserError when a requirement cannot be installed or a lock cannot be rebuilt exactly, and
+    HarnessError when uv cannot be found.
     """
     cache_dir = Path(cache_dir).absolute()
+    environ = dict(os.environ if environ is None else environ)
     spec_json = spec.to_json()
-    env_id = _digest(spec_json)
+    spec_id = _digest(spec_json)
     envs_dir = cache_dir / "envs"
     envs_dir.mkdir(parents=True, exist_ok=True)
-    path = envs_dir / env_id
-    with _build_lock(envs_dir / f"{env_id}.lock", env_id, log):
-        env = _load(path, spec, spec_json, env_id)
+    path = envs_dir / spec_id
+    with _build_lock(envs_dir / f"{spec_id}.lock", spec_id, log):
+        env = _load(path, spec, spec_json, environ)
         if env is not None:
             return env
         if path.exists():
             log(f"removing incomplete environment {path}")
             shutil.rmtree(path)
-        return _build(path, spec, spec_json, env_id, cache_dir, log)
+        return _build(path, spec, spec_json, spec_id, cache_dir, log, environ)
 
 
-def current(cache_dir: Path) -> Environment:
+def current(cache_dir: Path, *, environ: Mapping[str, str] | None = None) -> Environment:
     """The running interpreter as it is, without isolation (target `current`); id derives from its lock + python."""
     cache_dir = Path(cache_dir).absolute()
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -110,7 +144,7 @@ def current(cache_dir: Path) -> Environment:
         python=python,
         spec=None,
         lock=lock,
-        fingerprint=collect(python, lock),
+        fingerprint=collect(python, lock, environ=environ),
         isolated=False,
     )
 
@@ -143,10 +177,11 @@ def find_uv() -> str:
 
 
 def _build(
-    path: Path, spec: EnvSpec, spec_json: dict, env_id: str, cache_dir: Path, log: Callable[[str], object]
+    path: Path, spec: EnvSpec, spec_json: dict, env_id: str, cache_dir: Path, log: Callable[[str], object],
+    environ: dict[str, str],
 ) -> Environment:
     uv = find_uv()
-    what = ", ".join(spec.requirements) or "no requirements"
+    what = f"from lock {spec.lock.environment}" if spec.lock else ", ".join(spec.requirements) or "no requirements"
     log(f"building environment {env_id} ({what})")
     start = time.monotonic()
     try:
@@ -158,8 +193,11 @@ def _build(
                 "Point the environment's python at an existing interpreter."
             )
         python = _env_python(path)
-        if spec.requirements:
-            args = ["pip", "install", "--python", str(python), *spec.index.uv_args(), *spec.requirements]
+        if spec.lock is not None:
+            _check_lock_platform(spec.lock, python)
+            _sync(uv, python, spec, path, env_id, cache_dir)
+        elif spec.requirements:
+            args = ["pip", "install", "--compile-bytecode", "--python", str(python), *spec.index.uv_args(), *spec.requirements]
             proc = _run_uv(uv, args, cache_dir)
             if proc.returncode != 0:
                 raise UserError(
@@ -169,7 +207,9 @@ def _build(
                     "(`pip config list`, MODELCI_INDEX_URL, MODELCI_FIND_LINKS)."
                 )
         lock = _lock(uv, python, cache_dir)
-        fingerprint = collect(python, lock)
+        fingerprint = collect(python, lock, environ=environ, build=spec.build_info())
+        if spec.lock is not None:
+            _check_rebuilt(spec.lock, lock, fingerprint, log)
         (path / LOCK_FILE).write_text(lock)
         (path / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
         # Last, and atomically: its presence is what marks the environment complete.
@@ -177,11 +217,12 @@ def _build(
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
+    (path / LAST_USED_FILE).touch()
     log(f"built environment {env_id} in {time.monotonic() - start:.1f}s")
-    return Environment(env_id, path, python, spec, lock, fingerprint, isolated=True)
+    return Environment(lockfile.id_of(lock, fingerprint), path, python, spec, lock, fingerprint, isolated=True)
 
 
-def _load(path: Path, spec: EnvSpec, spec_json: dict, env_id: str) -> Environment | None:
+def _load(path: Path, spec: EnvSpec, spec_json: dict, environ: dict[str, str]) -> Environment | None:
     """The complete environment at `path` if its stored spec equals `spec_json`, else None."""
     try:
         stored = json.loads((path / SPEC_FILE).read_text())
@@ -192,7 +233,63 @@ def _load(path: Path, spec: EnvSpec, spec_json: dict, env_id: str) -> Environmen
     python = _env_python(path)
     if stored != spec_json or not python.exists():
         return None
-    return Environment(env_id, path, python, spec, lock, fingerprint, isolated=True)
+    if fingerprint.get("numerics_env") != numerics_env(environ) or fingerprint.get("cpu_usable") != _usable_cpus():
+        # thread counts follow these: the fingerprint must describe what the workloads will see
+        fingerprint = collect(python, lock, environ=environ, build=fingerprint.get("build") or spec.build_info())
+        _write_atomic(path / FINGERPRINT_FILE, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+    (path / LAST_USED_FILE).touch()
+    return Environment(lockfile.id_of(lock, fingerprint), path, python, spec, lock, fingerprint, isolated=True)
+
+
+def _sync(uv: str, python: Path, spec: EnvSpec, path: Path, env_id: str, cache_dir: Path) -> None:
+    """Install exactly the lock's pins (`uv pip sync`); local wheels the lock names are found where they were."""
+    assert spec.lock is not None
+    pins = path / "modelci-sync.txt"
+    pins.write_text(spec.lock.body())
+    folders = []
+    for wheel in spec.lock.wheels:
+        where = str(wheel.get("path", ""))
+        if os.path.isfile(where) and _sha256_file(where) == wheel.get("sha256"):
+            folders.append(os.path.dirname(where))
+    index = dataclasses.replace(spec.index, find_links=[*spec.index.find_links, *dict.fromkeys(folders)])
+    proc = _run_uv(uv, ["pip", "sync", "--python", str(python), *index.uv_args(), str(pins)], cache_dir)
+    pins.unlink()
+    if proc.returncode != 0:
+        raise UserError(
+            f"could not rebuild environment {spec.lock.environment} from its lock into {env_id}: "
+            f"{_uv_reason(proc.stderr)}\nThe locked versions must be available from the configured indexes "
+            "(`pip config list`, MODELCI_FIND_LINKS) or the lock's wheel files."
+        )
+
+
+def _check_lock_platform(lock: lockfile.Lock, python: Path) -> None:
+    code = "import json, platform, sysconfig; print(json.dumps([platform.python_implementation(), " \
+           "platform.python_version(), sysconfig.get_platform()]))"
+    proc = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise HarnessError(f"could not run the environment's python {python}: {proc.stderr.strip()[-500:]}")
+    implementation, version, platform = json.loads(proc.stdout)
+    where = lock.file or f"the lock of environment {lock.environment}"
+    lockfile.check_platform(lock, where, implementation, version, platform, str(python))
+
+
+def _check_rebuilt(lock: lockfile.Lock, lock_text: str, fingerprint: dict, log: Callable[[str], object]) -> None:
+    """Raise a UserError unless the rebuilt environment is exactly the locked one (same versions and files)."""
+    rebuilt = lockfile.Lock.of(lock_text, fingerprint)
+    if rebuilt.pins != lock.pins:
+        changed = sorted(n for n in set(lock.pins) | set(rebuilt.pins) if lock.pins.get(n) != rebuilt.pins.get(n))
+        raise UserError("the environment rebuilt from the lock differs from it: " + ", ".join(
+            f"{n} {lock.pins.get(n, '(absent)')} -> {rebuilt.pins.get(n, '(absent)')}" for n in changed))
+    files = sorted(n for n, digest in lock.digests.items() if rebuilt.digests.get(n, digest) != digest)
+    if files:
+        raise UserError(
+            f"the environment rebuilt from the lock has the locked versions but other files for {', '.join(files)}: "
+            "the wheels found now are not the ones locked (a rebuilt wheel with the same version?). "
+            "Put the original wheels where the configured indexes find them"
+        )
+    if rebuilt.id() != lock.environment:
+        log(f"the rebuilt environment is {rebuilt.id()}, the lock says {lock.environment}: an edited lock, or one "
+            "from an older modelci")
 
 
 def _lock(uv: str, python: Path, cache_dir: Path) -> str:
@@ -261,6 +358,14 @@ def _requirement_name(req: str) -> str:
 
 
 # --- small helpers ----------------------------------------------------------------------------------------
+
+
+def _usable_cpus() -> int | None:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _files(paths: list[str]) -> list[dict]:
+    return [{"path": p, "sha256": _sha256_file(p) if os.path.isfile(p) else ""} for p in paths]
 
 
 def _env_python(path: Path) -> Path:

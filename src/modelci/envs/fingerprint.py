@@ -1,20 +1,32 @@
-"""The fingerprint of an environment: which interpreter, platform and CPU its results come from.
+"""The fingerprint of an environment: exactly what its results were measured on (issue 3, part 1).
 
-It is collected by the environment's own python running a stdlib-only script in isolated mode (`-I`), so
-nothing is installed into the environment and nothing of the harness leaks into what is measured.
+It holds the interpreter and platform tags, OS and kernel, CPU model, flags, cores and memory, the BLAS,
+LAPACK and OpenMP libraries actually loaded (with versions and thread counts), the frameworks' own build
+information (torch, paddle, numpy), the GPUs nvidia-smi reports, and the environment variables that change
+numerics. It is collected by the environment's own python running `probe.py` in isolated mode (`-I`):
+nothing is installed into the environment, and threadpoolctl, when the harness has it, is only copied into
+a temporary folder that the probe process appends to its own path.
+
+Thread counts and numerics variables depend on the variables the workloads will see, so the probe runs
+with those (`environ`); `build.ensure` probes again when they change.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from modelci.errors import HarnessError
 
 #: bump when the fingerprint's keys change meaning (STYLE.md: "Version every file you write")
-SCHEMA = 1
+SCHEMA = 2
 
 #: distributions whose versions say which framework stack produced a result
 FRAMEWORKS = (
@@ -31,49 +43,64 @@ FRAMEWORKS = (
     "intel-openmp",
 )
 
-# Runs inside the environment: stdlib only, and it must work on every Python the environments may use.
-_SCRIPT = r"""
-import json, os, platform, subprocess, sys, sysconfig
+#: import name the probe imports -> the distributions that provide it
+_PROBED = {"numpy": ("numpy",), "torch": ("torch",), "paddle": ("paddlepaddle", "paddlepaddle-gpu")}
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Hardware", "cpu model", "Model"):
-                    return value.strip()
-    except OSError:
-        pass
-    if sys.platform == "darwin":
-        try:
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
-                                  capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor()
+#: variables that change numerics or threading, by prefix and by exact name
+NUMERICS_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "NUMEXPR_", "ONEDNN_", "DNNL_", "FLAGS_", "CUBLAS",
+                     "CUDNN_", "PYTORCH_", "NCCL_ALGO", "NCCL_PROTO")
+NUMERICS_NAMES = ("GOTO_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "CUDA_VISIBLE_DEVICES",
+                  "CUDA_LAUNCH_BLOCKING", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+                  "ATEN_CPU_CAPABILITY", "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "TF_ENABLE_ONEDNN_OPTS",
+                  "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "XLA_FLAGS", "JAX_ENABLE_X64",
+                  "JAX_DEFAULT_MATMUL_PRECISION", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "PYTHONHASHSEED")
 
-print(json.dumps({
-    "python": platform.python_version(),
-    "implementation": platform.python_implementation(),
-    "platform": platform.platform(),
-    "machine": platform.machine(),
-    "platform_tag": sysconfig.get_platform(),
-    "cpu": cpu_model(),
-    "cpu_count": os.cpu_count(),
-}))
-"""
+_PROBE = Path(__file__).with_name("probe.py")
 
 
-def collect(python: Path | str, lock: str) -> dict:
-    """Fingerprint the interpreter `python` and the framework versions pinned in `lock`."""
-    proc = subprocess.run([str(python), "-I", "-c", _SCRIPT], capture_output=True, text=True, timeout=120)
+def collect(python: Path | str, lock: str, *, environ: Mapping[str, str] | None = None,
+            build: dict | None = None) -> dict:
+    """Fingerprint the interpreter `python` with the packages pinned in `lock`, as seen under `environ`.
+
+    `build` (how the environment was made: requested requirements, wheels, constraints) is stored as is.
+    Importing a framework that kills the process does not fail the fingerprint: the facts without the
+    frameworks are kept, with the reason under `probe_error`.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    pins = parse_lock(lock)
+    wanted = [module for module, dists in _PROBED.items() if any(d in pins for d in dists)]
+    with tempfile.TemporaryDirectory(prefix="modelci-probe-") as scratch:
+        helper = _threadpoolctl_copy(Path(scratch))
+        proc = _probe(python, helper, wanted, environ, scratch)
+        error = None
+        if proc.returncode != 0 and wanted:
+            error = f"importing {', '.join(wanted)} ended the probe with exit code {proc.returncode}: " \
+                    f"{proc.stderr.strip()[-500:]}"
+            proc = _probe(python, helper, [], environ, scratch)
     if proc.returncode != 0:
         raise HarnessError(
             f"could not fingerprint the environment at {python}: exit code {proc.returncode}\n"
             f"{proc.stderr.strip()[-2000:]}"
         )
     facts = json.loads(proc.stdout)
-    return {"schema": SCHEMA, **facts, "packages_of_interest": packages_of_interest(lock)}
+    cpu = facts.pop("cpu_info")
+    fingerprint = {
+        "schema": SCHEMA,
+        **facts,
+        "cpu": cpu["model"], "cpu_count": cpu["count"], "cpu_usable": cpu["usable"], "cpu_flags": cpu["flags"],
+        "memory_bytes": cpu["memory_bytes"],
+        "numerics_env": numerics_env(environ),
+        "packages_of_interest": packages_of_interest(lock),
+        "build": dict(build or {}),
+    }
+    if error:
+        fingerprint["probe_error"] = error
+    return fingerprint
+
+
+def numerics_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables in `environ` that change numerics or threading (OMP_*, MKL_*, CUBLAS_WORKSPACE_CONFIG, ...)."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(NUMERICS_PREFIXES) or k in NUMERICS_NAMES}
 
 
 def packages_of_interest(lock: str) -> dict[str, str]:
@@ -83,9 +110,10 @@ def packages_of_interest(lock: str) -> dict[str, str]:
 
 
 def parse_lock(lock: str) -> dict[str, str]:
-    """{normalized name: version} from "name==version" lines."""
+    """{normalized name: version} from "name==version" lines; comment lines are skipped."""
     pins: dict[str, str] = {}
     for line in lock.splitlines():
+        line = line.split("#", 1)[0]  # comments: a lock file's header, or a note after a pin
         name, sep, version = line.strip().partition("==")
         if sep:
             pins[normalize(name)] = version.strip()
@@ -95,3 +123,21 @@ def parse_lock(lock: str) -> dict[str, str]:
 def normalize(name: str) -> str:
     """PEP 503 name normalization, so `Typing_Extensions` and `typing-extensions` match."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _probe(python: Path | str, helper: str, wanted: list[str], environ: dict[str, str],
+           cwd: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run([str(python), "-I", "-c", _PROBE.read_text(), helper, json.dumps(wanted)],
+                              capture_output=True, text=True, timeout=600, env=environ, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise HarnessError(f"could not fingerprint the environment at {python}: {exc}") from None
+
+
+def _threadpoolctl_copy(folder: Path) -> str:
+    """Copy the harness's threadpoolctl module into `folder` (for the probe's path only); "" when absent."""
+    spec = importlib.util.find_spec("threadpoolctl")
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return ""
+    shutil.copy(spec.origin, folder / "threadpoolctl.py")
+    return str(folder)

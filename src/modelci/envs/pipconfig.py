@@ -101,7 +101,25 @@ class IndexConfig:
 
 
 def _pip_config_list(python: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """Run `pip config list` and merge its sections by pip's precedence; {} when pip cannot be run."""
+    """Run `pip config list` and merge its sections by pip's precedence; {} when pip cannot be run.
+
+    The answer is kept per interpreter and pip-related variables: starting pip costs about a second, and a
+    bisect asks once per probe.
+    """
+    relevant = tuple(sorted((k, v) for k, v in environ.items()
+                            if k.startswith(("PIP_", "VIRTUAL_ENV", "XDG_CONFIG")) or k == "HOME"))
+    key = (python, relevant)
+    if key not in _PIP_CONFIG_CACHE:
+        _PIP_CONFIG_CACHE[key] = _run_pip_config_list(python, environ)
+    return dict(_PIP_CONFIG_CACHE[key])
+
+
+#: (interpreter, pip-related variables) -> what `pip config list` said; the files it reads do not change
+#: while one modelci command runs
+_PIP_CONFIG_CACHE: dict[tuple, dict[str, str]] = {}
+
+
+def _run_pip_config_list(python: str, environ: Mapping[str, str]) -> dict[str, str]:
     try:
         proc = subprocess.run(
             [python, "-m", "pip", "config", "list"],

@@ -154,14 +154,26 @@ def run_workload(
 ) -> Result:
     """Execute one workload in a fresh process and turn whatever happened into a Result."""
     out = Path(tempfile.mkdtemp(prefix=workload.name[:40] + "-", dir=scratch))
-    cmd = [str(python), "-m", "modelci.workload.child", "run", "--workload", workload.id, "--file", workload.file,
-           "--out", str(out), "--seed", str(seed)]
-    cmd += [arg for name, folder in suites.items() for arg in ("--suite", f"{name}={folder}")]
-    if repeats is not None:
-        cmd += ["--repeats", str(repeats)]
-    if not save:
-        cmd.append("--no-save")
+    cmd = [str(python), "-m", "modelci.workload.child", *run_args(suites, workload, out, seed=seed, repeats=repeats,
+                                                                  save=save)]
     code, seconds = spawn(cmd, child_env(shim_dir(scratch), seed, threads), out, timeout)
+    return child_outcome(workload, out, code, seconds, timeout)
+
+
+def run_args(suites: dict[str, Path], workload: WorkloadInfo, out: Path, *, seed: int = 0,
+             repeats: int | None = None, save: bool = True) -> list[str]:
+    """The arguments of `modelci.workload.child` that run one workload into `out` (shared with forked.py)."""
+    args = ["run", "--workload", workload.id, "--file", workload.file, "--out", str(out), "--seed", str(seed)]
+    args += [arg for name, folder in suites.items() for arg in ("--suite", f"{name}={folder}")]
+    if repeats is not None:
+        args += ["--repeats", str(repeats)]
+    if not save:
+        args.append("--no-save")
+    return args
+
+
+def child_outcome(workload: WorkloadInfo, out: Path, code: int | None, seconds: float, timeout: float) -> Result:
+    """The Result of a child that ran into `out` and ended with `code` (None: timed out, negative: a signal)."""
     stderr = tail(out / "stderr.txt")
     base = dict(workload=workload.id, code_hash=workload.code_hash, framework=workload.framework,
                 domain=workload.domain, duration=seconds, stderr_tail=stderr)

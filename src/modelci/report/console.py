@@ -165,6 +165,52 @@ def render_compare(outcome: Any, out: Console) -> None:
                           f"[{VERDICT_STYLE.get(finding.verdict, '')}]{finding.verdict}[/]{gate}")
     out.print(table)
     render_problems(outcome.comparisons, out)
+    from modelci.envs.diff import between  # issue 3, part 4: what changed besides the target
+
+    render_env_diff(between(outcome.a.environment, outcome.b.environment), out,
+                    targets={outcome.a.target.name, outcome.b.target.name})
+
+
+def render_env_diff(diff: Any, out: Console, targets: set[str] = frozenset()) -> None:
+    """Packages added, removed and changed (with the bump size) and the fingerprint fields that differ."""
+    if diff.same:
+        out.print(f"\n[bold]environment[/]: A and B are the same environment ({escape(diff.a)})")
+        return
+    besides = diff.besides(set(targets))
+    out.print(f"\n[bold]environment[/] A {escape(diff.a)} → B {escape(diff.b)}: {len(besides)} package change(s) "
+              f"besides the target, {len(diff.fingerprint)} fingerprint field(s) differ")
+    if diff.packages:
+        table = Table(show_edge=False, pad_edge=False)
+        for column in ("package", "A", "B", "change"):
+            table.add_column(column)
+        for change in diff.packages:
+            name = escape(change.name) + (" [dim](target)[/]" if change.name in targets else "")
+            what = change.bump if change.change in ("changed", "rebuilt") else change.change
+            style = "red" if change.name not in targets else "dim"
+            table.add_row(name, escape(change.before or "-"), escape(change.after or "-"),
+                          f"[{style}]{escape(what)}[/]")
+        out.print(table)
+    if diff.fingerprint:
+        table = Table(show_edge=False, pad_edge=False)
+        for column in ("fingerprint field", "A", "B"):
+            table.add_column(column)
+        for change in diff.fingerprint:
+            table.add_row(escape(change.field), *_env_values(change.before, change.after))
+        out.print(table)
+
+
+def _env_values(before: Any, after: Any) -> tuple[str, str]:
+    """Short cells for two fingerprint values: lists as what one side has that the other lacks."""
+    if isinstance(before, list) and isinstance(after, list) and all(isinstance(v, str) for v in before + after):
+        only_a, only_b = sorted(set(before) - set(after)), sorted(set(after) - set(before))
+        return (escape("only: " + " ".join(only_a) if only_a else "-"),
+                escape("only: " + " ".join(only_b) if only_b else "-"))
+
+    def short(value: Any) -> str:
+        text = "-" if value is None else " ".join(str(value).split())
+        return escape(text if len(text) <= 60 else text[:57] + "...")
+
+    return short(before), short(after)
 
 
 def _compare_cells(finding: Any) -> tuple[str, str, str]:
@@ -285,3 +331,26 @@ def render_config(cfg: Any, out: Console) -> None:
         out.print("[bold]checks[/] " + ", ".join(f"{k}={v}" for k, v in cfg.checks.items()))
     for entry in cfg.overrides:
         out.print("[bold]override[/] " + ", ".join(f"{k}={v}" for k, v in entry.items()))
+
+
+def render_calibration(outcome: Any, out: Console, max_timing_cv: float = 0.05) -> None:
+    """The noise profile `calibrate` measured: timing CV, output spread, bit-identity, and the gate verdict."""
+    out.print(f"[bold]calibration[/] · target [bold]{escape(outcome.target.label)}[/] · runner "
+              f"{escape(outcome.runner)} · runs {', '.join(map(str, outcome.run_ids))}")
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("workload", "metric", "runs", "cv between runs", "cv within run", "spread (rel)",
+                   "bit-identical", "gate"):
+        table.add_column(column)
+    for entry in outcome.entries:
+        gate = ""
+        if entry.kind == "timing" and entry.cv is not None:
+            gate = ("[yellow]too noisy to gate on timing[/]" if entry.cv > max_timing_cv
+                    else "[green]gates[/]")
+        table.add_row(escape(entry.workload), escape(entry.metric), str(entry.runs),
+                      f"{entry.cv:.2%}" if entry.cv is not None else "",
+                      f"{entry.cv_within:.2%}" if entry.cv_within is not None else "",
+                      f"{entry.spread_rtol:.3g}" if entry.spread_rtol is not None else "",
+                      {True: "yes", False: "[yellow]no[/]", None: ""}[entry.bit_identical], gate)
+    out.print(table)
+    for result in outcome.failures:
+        out.print(f"[red]{escape(result.workload)}: {result.status}[/] - {escape(result.reason)}")

@@ -63,8 +63,13 @@ def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
 
 def compare_report(outcome: Any) -> dict[str, Any]:
     """The report of `modelci compare A B`: `run` is B, `baseline_run` is A."""
+    from modelci.envs.diff import between  # issue 3, part 4: what changed besides the target
+
+    env_diff = between(outcome.a.environment, outcome.b.environment).to_json()
+    env_diff["targets"] = sorted({outcome.a.target.name, outcome.b.target.name})
     return {"schema": SCHEMA, "kind": "compare", "regressed": outcome.regressed, "run": run_section(outcome.b),
-            "baseline_run": run_section(outcome.a), "results": result_entries(outcome.comparisons)}
+            "baseline_run": run_section(outcome.a), "results": result_entries(outcome.comparisons),
+            "environment_diff": env_diff}
 
 
 def write(path: str | Path, report: dict[str, Any]) -> None:

@@ -12,13 +12,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, inspect, select
+from sqlalchemy import String, create_engine, event, insert, inspect, select, type_coerce
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 import modelci
 from modelci.errors import HarnessError, UserError
 from modelci.records import Metric, Result
+from modelci.store import alarms_schema  # noqa: F401  (registers the alarm tables with Base for create_all)
+from modelci.store import compat_schema  # noqa: F401  (registers the compat tables with Base for create_all)
+from modelci.store import noise_schema  # noqa: F401  (registers the noise-profile table with Base for create_all)
 from modelci.store.artifacts import ArtifactStore
 from modelci.store.schema import (
     SCHEMA_VERSION,
@@ -66,6 +69,10 @@ class LazyOutputs(Mapping):
     def __len__(self) -> int:
         return len(self._digests)
 
+    def digests(self) -> dict[str, str]:
+        """Output name -> sha256 of its stored array, without reading any array."""
+        return dict(self._digests)
+
 
 @dataclass
 class StoredRun:
@@ -78,14 +85,21 @@ class StoredRun:
 class Store:
     """The history database and the artifact store behind one object."""
 
-    def __init__(self, db: str, artifacts: str):
+    def __init__(self, db: str, artifacts: str, *, artifacts_options: dict[str, Any] | None = None,
+                 artifacts_readonly: bool = False):
         self.url = database_url(db)
-        self.artifacts = ArtifactStore(artifacts)
+        self.artifacts = ArtifactStore(artifacts, artifacts_options, artifacts_readonly)
         self.engine = create_engine(self.url)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._check_schema()
+
+    @classmethod
+    def from_config(cls, config: Any) -> Store:
+        """The store a configuration names: `db`, `artifacts` with its storage options and read-only flag."""
+        return cls(config.db, config.artifacts, artifacts_options=config.values.get("artifacts_options"),
+                   artifacts_readonly=bool(config.values.get("artifacts_readonly")))
 
     def _check_schema(self) -> None:
         try:
@@ -106,6 +120,11 @@ class Store:
                 f"{modelci.__version__} reads version {SCHEMA_VERSION}; use a matching modelci, "
                 "or point MODELCI_DB at a new file"
             )
+        missing = {t.name for t in Base.metadata.sorted_tables} - tables
+        if missing:
+            # tables added within one schema version (alarms, compat, noise profiles) only ever add rows of
+            # their own, so an existing history gains them empty instead of refusing to open
+            Base.metadata.create_all(self.engine, tables=[t for t in Base.metadata.sorted_tables if t.name in missing])
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -136,10 +155,9 @@ class Store:
                 )
                 session.add(run)
                 session.flush()
-                rows = [self._result_row(session, run.id, r, d) for r, d in zip(results, digests)]
-                session.flush()
-                for result, row in zip(results, rows):
-                    result.id = row.id
+                ids = self._insert_results(session, run.id, results, digests)
+                for result, result_id in zip(results, ids):
+                    result.id = result_id
                 return run.id
         except SQLAlchemyError as exc:
             raise HarnessError(f"could not store the run in {self.url}: {exc}") from None
@@ -158,27 +176,45 @@ class Store:
             session.add(EnvironmentRow(id=environment.id, python=str(environment.python), isolated=environment.isolated,
                                        lock=environment.lock, fingerprint=environment.fingerprint))
 
-    def _result_row(self, session: Session, run_id: int, result: Result, digests: dict[str, tuple[str, int]]) -> ResultRow:
-        row = ResultRow(
-            run_id=run_id, workload=result.workload, code_hash=result.code_hash, status=result.status,
-            reason=result.reason, traceback=result.traceback, stderr_tail=result.stderr_tail,
-            framework=result.framework, domain=result.domain, duration=result.duration, info=result.info,
-        )
-        session.add(row)
-        for metric in result.metrics.values():
-            values = metric.values
-            row.metrics.append(MetricRow(
-                name=metric.name, kind=metric.kind, unit=metric.unit, values=values, n=len(values),
-                median=metric.median, minimum=min(values) if values else None,
-                maximum=max(values) if values else None, final=values[-1] if values else None,
-            ))
-        for name, (digest, size) in digests.items():
-            if session.get(ArtifactRow, digest) is None:
-                session.add(ArtifactRow(sha256=digest, size=size))
-                session.flush()
-            array = result.outputs[name]
-            row.outputs.append(OutputRow(name=name, sha256=digest, dtype=str(array.dtype), shape=list(array.shape)))
-        return row
+    def _insert_results(self, session: Session, run_id: int, results: list[Result],
+                        digests: list[dict[str, tuple[str, int]]]) -> list[int]:
+        """Insert the results with their metrics, outputs and new artifacts; returns the result ids in order.
+
+        A few bulk INSERTs instead of one ORM flush per row: a run of 100 results took seconds (issue 9).
+        """
+        if not results:
+            return []
+        ids = list(session.scalars(
+            insert(ResultRow).returning(ResultRow.id, sort_by_parameter_order=True),
+            [dict(run_id=run_id, workload=r.workload, code_hash=r.code_hash, status=r.status, reason=r.reason,
+                  traceback=r.traceback, stderr_tail=r.stderr_tail, framework=r.framework, domain=r.domain,
+                  duration=r.duration, info=r.info) for r in results],
+        ))
+        metrics = [
+            dict(result_id=result_id, name=m.name, kind=m.kind, unit=m.unit, values=m.values, n=len(m.values),
+                 median=m.median, minimum=min(m.values) if m.values else None,
+                 maximum=max(m.values) if m.values else None, final=m.values[-1] if m.values else None)
+            for result, result_id in zip(results, ids) for m in result.metrics.values()
+        ]
+        if metrics:
+            session.execute(insert(MetricRow), metrics)
+        sizes = {digest: size for found in digests for digest, size in found.values()}
+        known: set[str] = set()
+        wanted = sorted(sizes)
+        for start in range(0, len(wanted), 500):  # stay below the bound-parameter limit of older SQLite
+            chunk = wanted[start:start + 500]
+            known.update(session.scalars(select(ArtifactRow.sha256).where(ArtifactRow.sha256.in_(chunk))))
+        if len(known) < len(sizes):
+            session.execute(insert(ArtifactRow), [dict(sha256=digest, size=size, created_at=utcnow())
+                                                  for digest, size in sizes.items() if digest not in known])
+        outputs = [
+            dict(result_id=result_id, name=name, sha256=digest, dtype=str(result.outputs[name].dtype),
+                 shape=list(result.outputs[name].shape))
+            for result, result_id, found in zip(results, ids, digests) for name, (digest, _) in found.items()
+        ]
+        if outputs:
+            session.execute(insert(OutputRow), outputs)
+        return ids
 
     def add_findings(self, result_id: int, baseline_id: int | None, findings: list[Any]) -> None:
         """Attach the checks' findings to a stored result."""
@@ -262,19 +298,42 @@ class Store:
 
     def series(self, workload: str, metric: str, runner: str | None = None) -> list[dict[str, Any]]:
         """One metric of one workload across the history, oldest first, with its target and summaries."""
-        with self.sessions() as session:
-            stmt = (
-                select(RunRow.id, RunRow.started_at, RunRow.runner, TargetRow.name, TargetRow.version, TargetRow.kind,
-                       TargetRow.commit, TargetRow.wheel_sha256, ResultRow.status, MetricRow.median,
-                       MetricRow.minimum, MetricRow.maximum, MetricRow.final, MetricRow.n)
-                .select_from(MetricRow).join(ResultRow, MetricRow.result_id == ResultRow.id)
-                .join(RunRow, ResultRow.run_id == RunRow.id).join(TargetRow, RunRow.target_id == TargetRow.id)
-                .where(ResultRow.workload == workload, MetricRow.name == metric)
-                .order_by(RunRow.started_at, RunRow.id)
-            )
-            if runner:
-                stmt = stmt.where(RunRow.runner == runner)
-            return [row._asdict() for row in session.execute(stmt)]
+        # Issue 9 (docs/overhead.md), over 10,000 runs: the IN keeps SQLite to the workload's own results, each
+        # with one lookup in the covering ix_metrics_name_result_summary, instead of every result that has a
+        # metric of that name; targets are read once each, not once per point. SQLAlchemy's SQLite datetime
+        # parser cost as much as the query, so SQLite hands over the text it stored and datetime.fromisoformat
+        # reads it to the same naive datetime.
+        raw_time = self.engine.dialect.name == "sqlite"
+        started = type_coerce(RunRow.started_at, String) if raw_time else RunRow.started_at
+        of_workload = select(ResultRow.id).where(ResultRow.workload == workload)
+        stmt = (
+            select(RunRow.id, started, RunRow.runner, RunRow.target_id, ResultRow.status, MetricRow.median,
+                   MetricRow.minimum, MetricRow.maximum, MetricRow.final, MetricRow.n)
+            .select_from(MetricRow).join(ResultRow, MetricRow.result_id == ResultRow.id)
+            .join(RunRow, ResultRow.run_id == RunRow.id)
+            .where(ResultRow.workload == workload, MetricRow.name == metric, MetricRow.result_id.in_(of_workload))
+            .order_by(RunRow.started_at, RunRow.id)
+        )
+        if runner:
+            stmt = stmt.where(RunRow.runner == runner)
+        with self.engine.connect() as connection:
+            rows = connection.execute(stmt).all()
+            ids = sorted({row[3] for row in rows})
+            targets = {}
+            for start in range(0, len(ids), 500):  # stay below the bound-parameter limit of older SQLite
+                query = select(TargetRow.id, TargetRow.name, TargetRow.version, TargetRow.kind, TargetRow.commit,
+                               TargetRow.wheel_sha256).where(TargetRow.id.in_(ids[start:start + 500]))
+                targets.update((row[0], row[1:]) for row in connection.execute(query))
+        points = []
+        for run_id, started_at, run_runner, target_id, status, median, minimum, maximum, final, n in rows:
+            name, version, kind, commit, wheel_sha256 = targets[target_id]
+            if raw_time and started_at is not None:
+                started_at = datetime.fromisoformat(started_at)
+            points.append({"id": run_id, "started_at": started_at, "runner": run_runner, "name": name,
+                           "version": version, "kind": kind, "commit": commit, "wheel_sha256": wheel_sha256,
+                           "status": status, "median": median, "minimum": minimum, "maximum": maximum,
+                           "final": final, "n": n})
+        return points
 
     def workloads(self, runner: str | None = None) -> list[dict[str, Any]]:
         """Each workload in the history with its latest status and run, for `modelci history`."""
@@ -295,6 +354,32 @@ class Store:
             for name, entry in latest.items():
                 entry["results"] = counts[name]
             return list(latest.values())
+
+    # -- environments (issue 3: env lock / diff / consistency / check) ------------------------------
+
+    def environment(self, env_id: str) -> EnvironmentRow | None:
+        """A stored environment by id, or by a unique prefix of at least 6 characters; None when unknown."""
+        with self.sessions() as session:
+            row = session.get(EnvironmentRow, env_id)
+            if row is None and len(env_id) >= 6:
+                rows = list(session.scalars(select(EnvironmentRow).where(EnvironmentRow.id.startswith(env_id))
+                                            .limit(2)))
+                row = rows[0] if len(rows) == 1 else None
+            return row
+
+    def run_environments(self, runner: str | None = None) -> list[dict[str, Any]]:
+        """Every run with its runner, status, target and environment id, newest first (no lock text)."""
+        with self.sessions() as session:
+            stmt = (
+                select(RunRow.id.label("run_id"), RunRow.runner, RunRow.status, RunRow.started_at, RunRow.suites,
+                       RunRow.selection, RunRow.environment_id, TargetRow.spec.label("target_spec"),
+                       TargetRow.kind.label("target_kind"), TargetRow.name.label("target_name"),
+                       TargetRow.version.label("target_version"))
+                .join(TargetRow, RunRow.target_id == TargetRow.id).order_by(RunRow.id.desc())
+            )
+            if runner:
+                stmt = stmt.where(RunRow.runner == runner)
+            return [row._asdict() for row in session.execute(stmt)]
 
 
 def _finding_dict(row: FindingRow) -> dict[str, Any]:

@@ -111,7 +111,13 @@ class MetricRow(Base):
     """A metric series with summary columns for fast history queries."""
 
     __tablename__ = "metrics"
-    __table_args__ = (Index("ix_metrics_name_result", "name", "result_id"),)
+    __table_args__ = (
+        Index("ix_metrics_name_result", "name", "result_id"),
+        # covers the history queries (Store.series, alarms): one metric of one result, or all of one name, is
+        # read from the index alone, never from the row with its raw values (issue 9, docs/overhead.md)
+        Index("ix_metrics_name_result_summary", "name", "result_id", "kind", "unit", "median", "minimum", "maximum",
+              "final", "n"),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     result_id: Mapped[int] = mapped_column(ForeignKey("results.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))

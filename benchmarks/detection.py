@@ -1,0 +1,290 @@
+"""How well the history check finds steps, against a pairwise timing check (docs/detection.md).
+
+    .venv/bin/python benchmarks/detection.py                  # 200 series per noise kind, writes docs/detection.md
+    .venv/bin/python benchmarks/detection.py --noise-cv 0.03  # the same with the noise given, as calibrate would
+    .venv/bin/python benchmarks/detection.py --quick          # 30 series per noise kind, prints only
+
+Each series has 200 points (one per target). A point is one run: its 5 raw samples are
+``level * (1 + step) * (1 + e_i) * (1 + 0.01 z_ij)``, where ``e_i`` is the run-to-run effect drawn from the noise
+kind (3% CV) and ``z_ij`` is the within-run sample noise; the point's value is the median of its 5 samples.
+Steps of 5% and 10% start at a random index in [20, 180).
+
+- history: online, as in production: after each new point, ``detect_latest`` on the series so far (it
+  segments the last 60 points). An alarm about the same change index as the series' previous alarm is the same
+  alarm (alarms persist until resolved), so it is counted once. Alarms in both directions count.
+- pairwise: the DESIGN timing check between consecutive points: point i against point i-1 is an alarm when
+  median_i / median_{i-1} > 1.10 and a one-sided Mann-Whitney U on the 5 vs 5 raw samples gives p < 0.05.
+
+A step is found when an alarm is raised at a point t with step <= t <= step + 5; the delay is t - step of the
+first such alarm. False alarms per 1,000 points: every alarm on the A/A series, and on the step series every
+alarm outside [step, step + 5] (per point outside that span).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import resource
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from modelci.checks import history
+
+NOISE_KINDS = ("iid", "outliers", "ar1", "bimodal")
+STEPS = (0.05, 0.10)
+POINTS = 200
+SAMPLES = 5
+CV = 0.03
+WITHIN_RUN_CV = 0.01
+EDGE = 20  # no step within the first or last EDGE points
+FOUND_WITHIN = 5
+LOCATED_WITHIN = 2  # offline: a change point this close to the step locates it
+WINDOW = 60
+PAIRWISE_FACTOR = 1.10
+PAIRWISE_ALPHA = 0.05
+SEED = 20240601
+DOC = Path(__file__).resolve().parent.parent / "docs" / "detection.md"
+
+
+def run_effects(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Relative run-to-run effects e_i with a 3% marginal CV, of one noise kind."""
+    if kind == "iid":
+        return CV * rng.standard_normal(n)
+    if kind == "outliers":
+        # 2% of the runs are 30-50% slow (a noisy neighbour, a cold cache): all of their samples
+        e = CV * rng.standard_normal(n)
+        spikes = rng.random(n) < 0.02
+        e[spikes] += rng.uniform(0.30, 0.50, int(spikes.sum()))
+        return e
+    if kind == "ar1":
+        phi = 0.5
+        e = np.empty(n)
+        e[0] = CV * rng.standard_normal()
+        innovations = CV * np.sqrt(1 - phi**2) * rng.standard_normal(n)  # marginal sd stays CV
+        for i in range(1, n):
+            e[i] = phi * e[i - 1] + innovations[i]
+        return e
+    if kind == "bimodal":
+        # two hosts picked at random per run, their means 5% apart; the rest of the 3% is each host's own noise
+        half_gap = 0.025
+        host = np.where(rng.random(n) < 0.5, half_gap, -half_gap)
+        return host + np.sqrt(CV**2 - half_gap**2) * rng.standard_normal(n)
+    raise ValueError(kind)
+
+
+def make_series(kind: str, step: float, step_at: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Raw samples (points x 5) and the point values (their medians) of one series."""
+    level = 1.0 + run_effects(kind, POINTS, rng)
+    level[step_at:] *= 1 + step
+    samples = level[:, None] * (1 + WITHIN_RUN_CV * rng.standard_normal((POINTS, SAMPLES)))
+    return samples, np.median(samples, axis=1)
+
+
+def history_alarms(values: np.ndarray, noise_cv: float | None) -> list[tuple[int, bool]]:
+    """(point, slower?) of each alarm the online history check raises over the series."""
+    alarms: list[tuple[int, bool]] = []
+    last_index = -1
+    for t in range(len(values)):
+        change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, window=WINDOW)
+        if change is not None and change.index != last_index:
+            alarms.append((t, change.magnitude > 0))
+            last_index = change.index
+    return alarms
+
+
+def pairwise_alarms(samples: np.ndarray) -> list[tuple[int, bool]]:
+    """(point, slower?) of each alarm the pairwise timing check raises between consecutive points."""
+    medians = np.median(samples, axis=1)
+    alarms = []
+    for t in range(1, len(medians)):
+        if medians[t] / medians[t - 1] > PAIRWISE_FACTOR:
+            p = stats.mannwhitneyu(samples[t], samples[t - 1], alternative="greater").pvalue
+            if p < PAIRWISE_ALPHA:
+                alarms.append((t, True))
+    return alarms
+
+
+@dataclass
+class Tally:
+    """Counts of one detector on one noise kind; false alarms both as "slower" only and in either direction."""
+
+    aa_slower: int = 0
+    aa_either: int = 0
+    aa_points: int = 0
+    step_slower: int = 0
+    step_either: int = 0
+    step_points: int = 0
+    found: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
+    steps: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
+    delays: dict[float, list[int]] = field(default_factory=lambda: {s: [] for s in STEPS})
+    # offline: detect_changes on each whole series
+    aa_series_changed: int = 0
+    located: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
+    other_changes: int = 0
+
+    def add(self, other: Tally) -> None:
+        """Fold another tally into this one."""
+        for name in (
+            "aa_slower", "aa_either", "aa_points", "step_slower", "step_either", "step_points",
+            "aa_series_changed", "other_changes",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for s in STEPS:
+            self.found[s] += other.found[s]
+            self.steps[s] += other.steps[s]
+            self.delays[s] += other.delays[s]
+            self.located[s] += other.located[s]
+
+
+Job = tuple[str, np.random.SeedSequence, float | None, float, float]  # kind, seed, noise_cv, constants
+
+
+def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
+    """Run both detectors on one A/A series and one series per step size, all from one seed."""
+    kind, seed, noise_cv, history.LATEST_PENALTY, history.PENALTY_OFFSET = job
+    rng = np.random.default_rng(seed)
+    tallies = {"history": Tally(), "pairwise": Tally()}
+    samples, values = make_series(kind, 0.0, POINTS, rng)
+    for name, alarms in (("history", history_alarms(values, noise_cv)), ("pairwise", pairwise_alarms(samples))):
+        tallies[name].aa_slower += sum(slower for _, slower in alarms)
+        tallies[name].aa_either += len(alarms)
+        tallies[name].aa_points += POINTS
+    tallies["history"].aa_series_changed += bool(history.detect_changes(values, noise_cv=noise_cv))
+    for step in STEPS:
+        step_at = int(rng.integers(EDGE, POINTS - EDGE))
+        samples, values = make_series(kind, step, step_at, rng)
+        for name, alarms in (("history", history_alarms(values, noise_cv)), ("pairwise", pairwise_alarms(samples))):
+            tally = tallies[name]
+            inside = [(t, slower) for t, slower in alarms if step_at <= t <= step_at + FOUND_WITHIN]
+            hits = [t for t, slower in inside if slower]
+            tally.steps[step] += 1
+            if hits:
+                tally.found[step] += 1
+                tally.delays[step].append(min(hits) - step_at)
+            outside = [slower for t, slower in alarms if not step_at <= t <= step_at + FOUND_WITHIN]
+            tally.step_slower += sum(outside)
+            tally.step_either += len(outside)
+            tally.step_points += POINTS - (FOUND_WITHIN + 1)
+        changes = history.detect_changes(values, noise_cv=noise_cv)
+        located = any(abs(c.index - step_at) <= LOCATED_WITHIN for c in changes)
+        tallies["history"].located[step] += located
+        tallies["history"].other_changes += len(changes) - located
+    return kind, tallies
+
+
+def run(
+    series: int, noise_cv: float | None, workers: int, latest_penalty: float, penalty_offset: float, seed: int
+) -> dict[str, dict[str, Tally]]:
+    """Evaluate ``series`` seeded series per noise kind; returns kind -> detector -> tally."""
+    seeds = np.random.SeedSequence(seed).spawn(len(NOISE_KINDS) * series)
+    jobs = [
+        (kind, seeds[k * series + i], noise_cv, latest_penalty, penalty_offset)
+        for k, kind in enumerate(NOISE_KINDS)
+        for i in range(series)
+    ]
+    results = {kind: {"history": Tally(), "pairwise": Tally()} for kind in NOISE_KINDS}
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for kind, tallies in pool.map(evaluate_one, jobs, chunksize=4):
+            for name, tally in tallies.items():
+                results[kind][name].add(tally)
+    return results
+
+
+def table(results: dict[str, dict[str, Tally]]) -> str:
+    """The figures as a markdown table."""
+    lines = [
+        "| noise | check | false alarms / 1,000 pts, A/A: slower (either way) "
+        "| false alarms / 1,000 pts, step series: slower (either way) "
+        "| 5% steps found ≤5 pts | median delay | 10% steps found ≤5 pts | median delay |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind, by_check in results.items():
+        for name, t in by_check.items():
+            cells = [
+                kind,
+                name,
+                f"{1000 * t.aa_slower / t.aa_points:.2f} ({1000 * t.aa_either / t.aa_points:.2f})",
+                f"{1000 * t.step_slower / t.step_points:.2f} ({1000 * t.step_either / t.step_points:.2f})",
+            ]
+            for s in STEPS:
+                cells.append(f"{100 * t.found[s] / t.steps[s]:.0f}%")
+                cells.append(f"{np.median(t.delays[s]):.0f}" if t.delays[s] else "–")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def offline_table(results: dict[str, dict[str, Tally]]) -> str:
+    """The figures of detect_changes on whole series as a markdown table."""
+    lines = [
+        "| noise | A/A series with a change point | 5% steps located ±2 pts | 10% steps located ±2 pts "
+        "| other change points per step series |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for kind, by_check in results.items():
+        t = by_check["history"]
+        series = t.steps[STEPS[0]]
+        cells = [kind, f"{100 * t.aa_series_changed / series:.1f}%"]
+        cells += [f"{100 * t.located[s] / t.steps[s]:.0f}%" for s in STEPS]
+        cells.append(f"{t.other_changes / sum(t.steps.values()):.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_doc(text: str, block: str) -> None:
+    """Replace one figures block of docs/detection.md (the rest of the page is written by hand)."""
+    begin, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+    doc = DOC.read_text(encoding="utf-8") if DOC.exists() else "# Change-point detection\n"
+    if begin not in doc or end not in doc:
+        doc += f"\n{begin}\n{end}\n"
+    replaced = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: f"{begin}\n{text}\n{end}", doc, flags=re.S)
+    DOC.write_text(replaced, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options, run the benchmark, print the table and (full runs) write it into the docs."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="30 series per noise kind; print only")
+    parser.add_argument("--series", type=int, help="series per noise kind (default 200, or 30 with --quick)")
+    parser.add_argument("--noise-cv", type=float, help="pass this calibrated noise CV instead of estimating it")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--write", action="store_true", help="write docs/detection.md even with --quick")
+    parser.add_argument("--seed", type=int, default=SEED, help="calibrate on another seed than the one reported")
+    parser.add_argument("--latest-penalty", type=float, default=history.LATEST_PENALTY, help="to calibrate it")
+    parser.add_argument("--penalty-offset", type=float, default=history.PENALTY_OFFSET, help="to calibrate it")
+    args = parser.parse_args(argv)
+    series = args.series or (30 if args.quick else 200)
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    results = run(series, args.noise_cv, args.workers, args.latest_penalty, args.penalty_offset, args.seed)
+    elapsed = time.perf_counter() - started
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + time.process_time()
+    command = "python benchmarks/detection.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    noise = f"noise_cv={args.noise_cv} given" if args.noise_cv is not None else "noise estimated from each series"
+    header = (
+        f"Measured {datetime.date.today().isoformat()} on {platform.machine()} {platform.system()} "
+        f"({os.cpu_count()} cores, load average {load:.1f} at the start), {args.workers} worker processes: "
+        f"{elapsed:.0f} s, {cpu:.0f} s of CPU. `{command.strip()}` ({series} series of {POINTS} points per noise "
+        f"kind and step size, {noise}, LATEST_PENALTY {args.latest_penalty}, PENALTY_OFFSET "
+        f"{args.penalty_offset}, seed {args.seed})."
+    )
+    text = (
+        f"{header}\n\nOnline (`detect_latest` after each point) against the pairwise check:\n\n{table(results)}\n\n"
+        f"Offline (`detect_changes` on each whole series of {POINTS} points):\n\n{offline_table(results)}"
+    )
+    print(text)
+    if not args.quick or args.write:
+        write_doc(text, "figures" if args.noise_cv is None else "figures-noise-cv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Store speed (issue 9, docs/overhead.md): ingesting a run of 100 results, and `history` over 10,000 runs.
+
+    .venv/bin/python benchmarks/store.py                  # prints markdown
+    .venv/bin/python benchmarks/store.py --runs 2000      # a smaller history
+
+- ingest: `Store.ingest` of one run of 100 results, each with 6 metrics of 20-30 samples (time.setup,
+  time.train, time.infer, mem.peak_rss, loss as a curve, one user metric) and 2-3 small output arrays
+  (16x3 float32, 10 float64, sometimes 4x4 int64), into a SQLite history that already holds runs. Every
+  result's arrays are new bytes, as after a real change. Median of 7 ingests.
+- history: `Store.series(workload, metric)` (what `modelci history` and the history check read) over a
+  history of 10,000 runs of 10 workloads with 6 metrics each (600,000 metric rows), with and without a
+  runner filter. The history is written with SQLAlchemy Core in bulk (it is the setup, not what is measured).
+  Median of 15 queries.
+
+Both are reported as wall time and as CPU time of this process: on a shared runner whose load average is
+several times its core count, the wall time mostly measures the wait for a core; the CPU time is what the
+work costs, and what the wall time is on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+from sqlalchemy import insert
+
+from modelci.records import Metric, Result
+from modelci.store import Store
+from modelci.store.schema import EnvironmentRow, MetricRow, ResultRow, RunRow, TargetRow
+
+WORKLOADS = [f"suite/Model{i}" for i in range(10)]
+METRICS = ("time.setup", "time.train", "time.infer", "mem.peak_rss", "loss", "accuracy")
+
+
+class Target(SimpleNamespace):
+    """The little of a Target that the store reads."""
+
+    def identity(self) -> dict[str, str]:
+        """The columns that identify a target row."""
+        return {"kind": self.kind, "name": self.name, "version": self.version, "commit": "", "wheel_sha256": ""}
+
+
+def target(version: str) -> Target:
+    """A requirement target `fw==version`."""
+    return Target(spec=f"fw=={version}", kind="requirement", name="fw", version=version, commit_date="", subject="")
+
+
+ENVIRONMENT = SimpleNamespace(id="bench-env", python="/usr/bin/python3", isolated=True, lock="fw==1.0\n",
+                              fingerprint={"python": "3.11"})
+
+
+def make_result(rng: random.Random, index: int) -> Result:
+    """One realistic result: 6 metrics of 20-30 samples and 2-3 small output arrays with fresh bytes."""
+    samples = lambda base: [base * (1 + 0.05 * rng.random()) for _ in range(rng.randint(20, 30))]  # noqa: E731
+    metrics = {
+        "time.setup": Metric("time.setup", "samples", samples(0.2), "s"),
+        "time.train": Metric("time.train", "samples", samples(0.01), "s"),
+        "time.infer": Metric("time.infer", "samples", samples(0.003), "s"),
+        "mem.peak_rss": Metric("mem.peak_rss", "samples", samples(3e8), "bytes"),
+        "loss": Metric("loss", "curve", [1.0 / (step + 1) for step in range(rng.randint(20, 30))], ""),
+        "accuracy": Metric("accuracy", "samples", samples(0.9), ""),
+    }
+    seed = rng.getrandbits(32)
+    arrays = np.random.default_rng(seed)
+    outputs = {"prediction": arrays.standard_normal((16, 3)).astype(np.float32), "scores": arrays.standard_normal(10)}
+    if index % 2:
+        outputs["labels"] = arrays.integers(0, 10, (4, 4))
+    return Result(workload=f"suite/Model{index}", status="ok", metrics=metrics, outputs=outputs,
+                  framework="numpy", domain="other", duration=1.0, code_hash="c" * 64, info={"python": "3.11"})
+
+
+class Clock:
+    """Wall and CPU seconds of what runs inside `with clock:`, appended to `wall` and `cpu`."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def __enter__(self) -> None:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall.append(time.perf_counter() - self._wall)
+        self.cpu.append(time.process_time() - self._cpu)
+
+
+def bench_ingest(folder: Path, repeats: int) -> Clock:
+    """Wall and CPU seconds per `Store.ingest` of a 100-result run."""
+    store = Store(str(folder / "ingest.db"), str(folder / "artifacts"))
+    rng = random.Random(1)
+    clock, warm = Clock(), Clock()
+    for attempt in range(repeats + 1):
+        results = [make_result(rng, i) for i in range(100)]
+        # the first one creates the target and environment rows and warms the connection
+        with clock if attempt else warm:
+            store.ingest(target=target(f"1.{attempt}"), environment=ENVIRONMENT, runner="bench", results=results)
+    return clock
+
+
+def fill_history(store: Store, runs: int) -> None:
+    """`runs` runs x 10 workloads x 6 metrics, inserted in bulk with SQLAlchemy Core."""
+    rng = random.Random(2)
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    with store.engine.begin() as conn:
+        conn.execute(insert(EnvironmentRow).values(id=ENVIRONMENT.id, python="", isolated=True, lock="",
+                                                   fingerprint={}, created_at=start))
+        conn.execute(insert(TargetRow), [dict(spec=f"fw==1.{i}", kind="requirement", name="fw", version=f"1.{i}",
+                                              commit="", wheel_sha256="", commit_date="", subject="", created_at=start)
+                                         for i in range(100)])
+    result_id = metric_id = 0
+    for first in range(0, runs, 1000):
+        run_rows, result_rows, metric_rows = [], [], []
+        for run_id in range(first + 1, min(runs, first + 1000) + 1):
+            when = start + timedelta(minutes=run_id)
+            run_rows.append(dict(id=run_id, target_id=run_id % 100 + 1, environment_id=ENVIRONMENT.id,
+                                 runner=f"runner-{run_id % 3}", status="complete", suites=["suite"], selection="",
+                                 command="", modelci_version="", started_at=when, finished_at=when))
+            for workload in WORKLOADS:
+                result_id += 1
+                result_rows.append(dict(id=result_id, run_id=run_id, workload=workload, code_hash="", status="ok",
+                                        reason="", traceback="", stderr_tail="", framework="numpy", domain="other",
+                                        duration=1.0, info={}))
+                for name in METRICS:
+                    metric_id += 1
+                    values = [rng.random() for _ in range(25)]
+                    metric_rows.append(dict(id=metric_id, result_id=result_id, name=name, kind="samples", unit="",
+                                            values=values, n=25, median=statistics.median(values),
+                                            minimum=min(values), maximum=max(values), final=values[-1]))
+        with store.engine.begin() as conn:
+            conn.execute(insert(RunRow), run_rows)
+            conn.execute(insert(ResultRow), result_rows)
+            conn.execute(insert(MetricRow), metric_rows)
+
+
+def bench_series(folder: Path, runs: int, repeats: int) -> dict[str, Clock]:
+    """Wall and CPU seconds per `Store.series` over a history of `runs` runs, without and with a runner filter."""
+    store = Store(str(folder / "history.db"), str(folder / "artifacts"))
+    started = time.perf_counter()
+    fill_history(store, runs)
+    print(f"history of {runs} runs written in {time.perf_counter() - started:.1f} s")
+    clocks = {"all runners": Clock(), "one runner": Clock()}
+    warm = Clock()
+    for attempt in range(repeats + 1):
+        for label, runner in (("all runners", None), ("one runner", "runner-1")):
+            with clocks[label] if attempt else warm:
+                rows = store.series(WORKLOADS[attempt % len(WORKLOADS)], "time.infer", runner)
+            assert len(rows) == (runs if runner is None else len([r for r in range(1, runs + 1) if r % 3 == 1]))
+    return clocks
+
+
+def main() -> None:
+    """Run both measurements and print them as markdown."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10_000, help="stored runs for the history query")
+    parser.add_argument("--folder", help="where the databases go (default: a temp folder)")
+    args = parser.parse_args()
+    folder = Path(args.folder or tempfile.mkdtemp(prefix="store-bench-"))
+    ingest = bench_ingest(folder, 7)
+    series = bench_series(folder, args.runs, 15)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nMachine: {os.cpu_count()} CPUs, load average {load:.1f}. SQLite (WAL), local artifact folder.\n")
+    print("| measurement | wall, median | wall, min | CPU, median | CPU, min |\n|---|---|---|---|---|")
+    rows = [("ingest one run of 100 results (600 metric rows, 250 arrays)", ingest)]
+    rows += [(f"`Store.series` over {args.runs:,} runs, {label}", clock) for label, clock in series.items()]
+    for label, clock in rows:
+        print(f"| {label} | {statistics.median(clock.wall) * 1000:.0f} ms | {min(clock.wall) * 1000:.0f} ms "
+              f"| {statistics.median(clock.cpu) * 1000:.0f} ms | {min(clock.cpu) * 1000:.0f} ms |")
+
+
+if __name__ == "__main__":
+    main()

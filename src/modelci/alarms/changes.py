@@ -1,0 +1,220 @@
+"""Change points over the history: one series per (runner, workload, metric), one point per target.
+
+Targets are put in order of release version (packaging.version), and of commit date among builds of one version
+(git targets). A point is the median over the target's runs of the metric's median (the final value for a
+curve). The detector is `modelci.checks.history` (ruptures PELT, penalty from the noise): its noise is the
+policy's calibrated `noise_cv` when set, else estimated from the series.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from packaging.version import InvalidVersion, Version
+from sqlalchemy import case, func, select
+
+from modelci.checks.policy import Finding, Policy, json_number
+from modelci.store.schema import MetricRow, ResultRow, RunRow, TargetRow
+
+if TYPE_CHECKING:  # ruptures and scipy.stats take seconds to import: only detection pays for them
+    from modelci.checks import history
+
+#: the change must start within the last TAIL points to be reported after a run (history.detect_latest)
+TAIL = 5
+#: only the last WINDOW points are segmented after a run (older changes were reported when they were new)
+WINDOW = 60
+
+
+@dataclass
+class Series:
+    """One metric of one workload on one runner, one point per target, oldest target first."""
+
+    runner: str
+    workload: str
+    metric: str
+    kind: str
+    unit: str
+    labels: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    target_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SeriesChange:
+    """A change point of one series, and whether it goes the bad way for that metric."""
+
+    series: Series
+    change: history.ChangePoint
+    worse: bool
+
+    def finding(self) -> Finding:
+        """The change as a `history` finding. It never gates: the run that reveals a change (3+ points after it)
+        is rarely the one that caused it; the alarm names the first target after the change instead."""
+        c = self.change
+        numbers = {
+            "first_target": c.label, "index": c.index, "points": len(self.series.values),
+            "magnitude": json_number(c.magnitude), "before_mean": c.before_mean, "before_sd": c.before_sd,
+            "after_mean": c.after_mean, "after_sd": c.after_sd, "p_value": c.p_value, "unit": self.series.unit,
+        }
+        verdict = "regression" if self.worse else "improvement"
+        return Finding("history", self.series.metric, verdict, numbers, f"change point: {c.evidence}", gating=False)
+
+
+def target_order(row: Any) -> tuple:
+    """Sort key of a target: its release version (the public part, so local `+git...` tags do not sort
+    lexically), then its commit date, then when it was first run. No version sorts as 0."""
+    try:
+        version = Version(Version(row.version).public) if row.version else Version("0")
+    except InvalidVersion:
+        version = Version("0")
+    return version, row.commit_date or "", row.first_started or datetime.min
+
+
+def target_label(row: Any) -> str:
+    """The short name of a stored target: `fakefw==1.1`, with the commit or wheel hash when there is one."""
+    if row.kind == "current":
+        return "current"
+    text = f"{row.name}=={row.version}" if row.version else row.spec
+    if row.commit:
+        return f"{text}@{row.commit[:10]}"
+    if row.wheel_sha256:
+        return f"{text} (wheel {row.wheel_sha256[:8]})"
+    return text
+
+
+def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] | None = None,
+                metric: str | None = None) -> list[Series]:
+    """Every series of the history (or of one runner, some workloads, one metric), from ok results of complete
+    runs: one query for the points, one for the targets they belong to."""
+    value = case((MetricRow.kind == "curve", MetricRow.final), else_=MetricRow.median)
+    stmt = (
+        select(RunRow.runner, ResultRow.workload, MetricRow.name, MetricRow.kind, MetricRow.unit, value,
+               RunRow.target_id)
+        .select_from(MetricRow).join(ResultRow, MetricRow.result_id == ResultRow.id)
+        .join(RunRow, ResultRow.run_id == RunRow.id)
+        .where(ResultRow.status == "ok", RunRow.status == "complete", value.is_not(None))
+    )
+    if runner:
+        stmt = stmt.where(RunRow.runner == runner)
+    if workloads is not None:
+        stmt = stmt.where(ResultRow.workload.in_(sorted(set(workloads))))
+    if metric:
+        stmt = stmt.where(MetricRow.name == metric)
+    # (runner, workload, metric) -> target id -> [values], and each series' kind and unit
+    points: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+    shapes: dict[tuple[str, str, str], tuple[str, str]] = {}
+    with store.sessions() as session:
+        for run_runner, workload, name, kind, unit, number, target_id in session.execute(stmt):
+            key = (run_runner, workload, name)
+            points.setdefault(key, {}).setdefault(target_id, []).append(number)
+            if key not in shapes:
+                shapes[key] = (kind, unit)
+        ids = {tid for per_target in points.values() for tid in per_target}
+        first = func.min(RunRow.started_at).label("first_started")
+        targets = session.execute(
+            select(TargetRow.id, TargetRow.kind, TargetRow.name, TargetRow.version, TargetRow.commit,
+                   TargetRow.commit_date, TargetRow.wheel_sha256, TargetRow.spec, first)
+            .join(RunRow, RunRow.target_id == TargetRow.id).where(TargetRow.id.in_(sorted(ids)))
+            .group_by(TargetRow.id)
+        ).all() if ids else []
+    rows = {row.id: row for row in targets}
+    order = {tid: target_order(row) for tid, row in rows.items()}  # parsing versions is the slow part: once each
+    labels = {tid: target_label(row) for tid, row in rows.items()}
+    series = []
+    for key in sorted(points):
+        ordered = sorted(points[key], key=order.__getitem__)
+        kind, unit = shapes[key]
+        series.append(Series(*key, kind=kind, unit=unit, labels=[labels[t] for t in ordered],
+                             values=[float(statistics.median(points[key][t])) for t in ordered], target_ids=ordered))
+    return series
+
+
+def detection_settings(series: Series, policy: Policy) -> dict[str, Any]:
+    """The detector's arguments for a series: the calibrated noise when the policy has it, and the smallest
+    relative change worth naming (the policy's threshold; curve_rtol for curves, whose values repeat exactly)."""
+    minimum = policy.curve_rtol if series.kind == "curve" else 0.0
+    if policy.threshold is not None:
+        minimum = policy.threshold
+    return {"noise_cv": policy.noise_cv, "min_magnitude": minimum, "metric": series.metric, "unit": series.unit}
+
+
+def worse(series: Series, change: history.ChangePoint, policy: Policy) -> bool:
+    """Whether a change goes the bad way: up for lower-is-better metrics, down for higher-is-better ones, and
+    either way for a curve with no direction set (a moved final loss is suspect both ways)."""
+    if series.kind == "curve" and policy.direction is None:
+        return True
+    return change.magnitude < 0 if policy.higher_better(series.metric) else change.magnitude > 0
+
+
+def _large_enough(series: Series, change: history.ChangePoint, policy: Policy) -> bool:
+    """The absolute floors of the pairwise checks hold here too: a shift of a few MiB of RSS or a microsecond
+    is no change worth an alarm."""
+    difference = abs(change.after_mean - change.before_mean)
+    if policy.tolerance is not None:
+        return difference > policy.tolerance
+    if series.metric.startswith("time."):
+        return difference > policy.timing_floor_s
+    if series.metric.startswith("mem."):
+        return difference > policy.memory_floor_bytes
+    return True
+
+
+#: policy_for(runner, workload)(metric) -> Policy
+PolicyFor = Callable[[str, str], Callable[[str], Policy]]
+
+
+def calibrated(config: Any, store: Any) -> PolicyFor:
+    """The config's policies with each runner's calibrated noise (`modelci calibrate`) where it was measured: its
+    run-to-run CV of a metric's median is the noise of one point of a series, so it sets the penalty."""
+    from modelci import calibrate
+
+    cache: dict[tuple[str, str], Callable[[str], Policy]] = {}
+
+    def policy_for(runner: str, workload: str) -> Callable[[str], Policy]:
+        if (runner, workload) not in cache:
+            noise = calibrate.profile(store, runner, workload)
+            cache[runner, workload] = calibrate.with_noise(config.policy_for(workload), noise)
+        return cache[runner, workload]
+
+    return policy_for
+
+
+def find_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list[SeriesChange]:
+    """Every change point of every series (for `modelci history --changes`)."""
+    from modelci.checks import history
+
+    found = []
+    for series in series_list:
+        policy = policy_for(series.runner, series.workload)(series.metric)
+        for change in history.detect_changes(series.values, series.labels, **detection_settings(series, policy)):
+            if _large_enough(series, change, policy):
+                found.append(SeriesChange(series, change, worse(series, change, policy)))
+    return found
+
+
+def latest_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list[SeriesChange]:
+    """The change, if any, that begins within the last TAIL points of each series: the check after every run."""
+    from modelci.checks import history
+
+    found = []
+    for series in series_list:
+        policy = policy_for(series.runner, series.workload)(series.metric)
+        change = history.detect_latest(series.values, series.labels, tail=TAIL, window=WINDOW,
+                                       **detection_settings(series, policy))
+        if change is not None and _large_enough(series, change, policy):
+            found.append(SeriesChange(series, change, worse(series, change, policy)))
+    return found
+
+
+def back_to_normal(series: Series, numbers: dict[str, Any], points: int = 3) -> bool:
+    """Whether the last `points` values of a series sit nearer the level before a change than after it: the
+    recovery rule of a `history` alarm (numbers are the alarm's: before_mean, after_mean)."""
+    before, after = numbers.get("before_mean"), numbers.get("after_mean")
+    if before is None or after is None or len(series.values) < points:
+        return False
+    recent = statistics.mean(series.values[-points:])
+    return abs(recent - before) < abs(recent - after)

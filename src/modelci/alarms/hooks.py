@@ -1,0 +1,186 @@
+"""What runs after every `modelci run` and on `modelci alarms check` (DESIGN.md, "Flow": alarms.update + notify).
+
+    validate [[policy]] metrics → change points of this run's series → observations → lifecycle.apply
+                                → stale runners → notify (never loses the run: it is stored already)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from sqlalchemy import select
+
+from modelci.alarms import changes, lifecycle, notify, settings
+from modelci.alarms.lifecycle import AlarmEvent, Observation
+from modelci.store.alarms_schema import AlarmRow, ensure_tables
+from modelci.store.schema import MetricRow, OutputRow, RunRow
+
+log = logging.getLogger("modelci.alarms")
+
+
+@dataclass
+class AlarmReport:
+    """What the alarm step did for one run: events (opened, recovered), change points found, deliveries."""
+
+    events: list[AlarmEvent] = field(default_factory=list)
+    changes: list[changes.SeriesChange] = field(default_factory=list)
+    deliveries: list[notify.Delivery] = field(default_factory=list)
+
+    @property
+    def failed_deliveries(self) -> list[notify.Delivery]:
+        """The notifiers that could not deliver, after their retries."""
+        return [d for d in self.deliveries if not d.ok]
+
+
+def after_run(config: Any, store: Any, outcome: Any, *, today: date | None = None) -> AlarmReport:
+    """The alarm step of `run`, once the run is stored and judged: history change points (added to the
+    comparisons and stored as `history` findings), alarm updates, then notifications. A failing notifier is
+    logged and reported in the returned AlarmReport, never raised; the one UserError is a [[policy]] naming a
+    metric that no workload records."""
+    report = AlarmReport()
+    if outcome.run_id is None:  # every result was reused: nothing new to judge
+        return report
+    ensure_tables(store.engine)
+    check_policy_metrics(config, store, f"run {outcome.run_id} is stored, but")
+    runner = config.runner
+    if config.alarms.get("changes", True):
+        fresh = {c.result.workload for c in outcome.comparisons if c.result.status == "ok"}
+        series = changes.load_series(store, runner=runner, workloads=fresh)
+        report.changes = changes.latest_changes(series, changes.calibrated(config, store))
+        by_workload: dict[str, list] = {}
+        for change in report.changes:
+            by_workload.setdefault(change.series.workload, []).append(change.finding())
+        for comparison in outcome.comparisons:
+            found = by_workload.get(comparison.result.workload, [])
+            if found and comparison.result.id is not None:
+                comparison.findings.extend(found)
+                store.add_findings(comparison.result.id, None, found)
+    else:
+        series = []
+    observations = observe(config, store, outcome, report.changes, series)
+    observations += lifecycle.stale_observations(store, config.alarms.get("stale_after_days", 7))
+    with store.sessions() as session:
+        target_id = session.get(RunRow, outcome.run_id).target_id
+    report.events = lifecycle.apply(store, config, observations, run_id=outcome.run_id, target_id=target_id,
+                                    target_label=outcome.target.label, today=today)
+    report.deliveries = notify.deliver(config, report.events, outcome=outcome, store=store, run_id=outcome.run_id)
+    _say_failures(report)
+    return report
+
+
+def check_now(config: Any, store: Any, *, today: date | None = None) -> AlarmReport:
+    """`modelci alarms check`: the stale-runner check and silences that lapsed, then notifications; for a
+    scheduler to call between runs, so that a runner that stopped running is noticed at all."""
+    ensure_tables(store.engine)
+    report = AlarmReport()
+    observations = lifecycle.stale_observations(store, config.alarms.get("stale_after_days", 7))
+    report.events = lifecycle.apply(store, config, observations, today=today)
+    report.deliveries = notify.deliver(config, report.events, store=store)
+    _say_failures(report)
+    return report
+
+
+def observe(config: Any, store: Any, outcome: Any, found: list[changes.SeriesChange],
+            series: list[changes.Series]) -> list[Observation]:
+    """What this run says about each alarm key: the gating regressions and failed results fire; results and
+    findings that are fine again are evidence of recovery."""
+    runner = config.runner
+    observations: list[Observation] = []
+    seen: set[str] = set()
+    for comparison in outcome.comparisons:
+        result = comparison.result
+        policy = config.policy_for(result.workload)
+        seen.add(result.workload)
+        if result.status not in ("ok", "skipped") and policy("status").active:
+            kind = "empty-suite" if result.workload.endswith("/(suite)") else "status"
+            reason = result.reason.strip().splitlines()[0] if result.reason.strip() else ""
+            observations.append(Observation(runner, result.workload, "status", "status", True, kind=kind,
+                                            message=f"status {result.status}" + (f": {reason}" if reason else ""),
+                                            numbers={"status": result.status}))
+        elif result.status == "ok":
+            observations.append(Observation(runner, result.workload, "status", "status", False, message="status ok"))
+        baseline_id = comparison.baseline.id if comparison.baseline is not None else None
+        for finding in comparison.findings:
+            if finding.check in ("status", "history"):
+                continue
+            if finding.verdict == "regression" and finding.gating:
+                kind = "disappeared" if "metric disappeared" in finding.message else "regression"
+                observations.append(Observation(runner, result.workload, finding.check, finding.metric, True,
+                                                kind=kind, message=finding.message, numbers=finding.numbers,
+                                                baseline_result_id=baseline_id))
+            elif finding.verdict in ("ok", "improvement", "new"):  # "new": a metric that came back
+                observations.append(Observation(runner, result.workload, finding.check, finding.metric, False,
+                                                message=finding.message, result=result))
+    # a step the pairwise checks already alarmed on is one problem, not two: no change alarm on top of it
+    covered = _alarmed_metrics(store, runner) | {(o.workload, o.metric) for o in observations if o.firing}
+    for change in found:
+        policy = config.policy_for(change.series.workload)(change.series.metric)
+        alarm_worthy = policy.active and (settings.is_builtin_metric(change.series.metric) or policy.gate_user_metrics)
+        if change.worse and alarm_worthy and (change.series.workload, change.series.metric) not in covered:
+            finding = change.finding()
+            observations.append(Observation(runner, change.series.workload, "history", change.series.metric, True,
+                                            kind="change", message=finding.message, numbers=finding.numbers))
+    observations += _history_recoveries(store, runner, series)
+    observations += _suite_recoveries(store, runner, seen)
+    return observations
+
+
+def _alarmed_metrics(store: Any, runner: str) -> set[tuple[str, str]]:
+    """(workload, metric) of the live alarms of the pairwise checks on a runner."""
+    with store.sessions() as session:
+        stmt = select(AlarmRow.workload, AlarmRow.metric).where(
+            AlarmRow.runner == runner, AlarmRow.state != "resolved", AlarmRow.check != "history")
+        return {(row.workload, row.metric) for row in session.execute(stmt)}
+
+
+def _history_recoveries(store: Any, runner: str, series: list[changes.Series]) -> list[Observation]:
+    """Live `history` alarms whose series is back near its level before the change."""
+    by_key = {(s.workload, s.metric): s for s in series}
+    with store.sessions() as session:
+        rows = session.scalars(select(AlarmRow).where(AlarmRow.runner == runner, AlarmRow.check == "history",
+                                                      AlarmRow.state != "resolved")).all()
+    found = []
+    for row in rows:
+        current = by_key.get((row.workload, row.metric))
+        if current is not None and changes.back_to_normal(current, row.numbers or {}):
+            found.append(Observation(runner, row.workload, "history", row.metric, False,
+                                     message=f"{row.metric} back near {row.numbers.get('before_mean'):.4g}"))
+    return found
+
+
+def _suite_recoveries(store: Any, runner: str, seen: set[str]) -> list[Observation]:
+    """A suite that yielded no workloads, or a file that failed to import, has no result of its own once fixed:
+    it recovers when its suite ran again without that error result."""
+    suites = {workload.split("/", 1)[0] for workload in seen}
+    with store.sessions() as session:
+        rows = session.scalars(select(AlarmRow).where(AlarmRow.runner == runner, AlarmRow.check == "status",
+                                                      AlarmRow.state != "resolved")).all()
+    found = []
+    for row in rows:
+        pseudo = row.workload.endswith("/(suite)") or row.workload.endswith(".py")
+        if pseudo and row.workload not in seen and row.workload.split("/", 1)[0] in suites:
+            found.append(Observation(runner, row.workload, "status", "status", False,
+                                     message=f"suite {row.workload.split('/', 1)[0]!r} yields its workloads again"))
+    return found
+
+
+def check_policy_metrics(config: Any, store: Any, prefix: str = "") -> None:
+    """Refuse a [[policy]] naming a user metric or output that no workload records (settings.check_policy_metrics)."""
+    pending = [p for p in config.policies if not settings.is_builtin_metric(p["metric"])]
+    if not pending:
+        return
+    with store.sessions() as session:
+        names = set(session.scalars(select(MetricRow.name).distinct()))
+        names |= {f"output:{n}" for n in session.scalars(select(OutputRow.name).distinct())}
+    where = f"{prefix} {config.file or 'config'}".strip()
+    settings.check_policy_metrics(pending, names, where)
+
+
+def _say_failures(report: AlarmReport) -> None:
+    """A notifier that failed is logged as a warning naming it (stderr, when nothing else handles logging); the run
+    is stored already and its exit code does not change."""
+    for delivery in report.failed_deliveries:
+        log.warning("modelci: notification not delivered (the run is stored): %s", delivery.error)

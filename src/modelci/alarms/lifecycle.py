@@ -1,0 +1,325 @@
+"""The alarm lifecycle (DESIGN.md, "alarm"): open → acknowledged → resolved, or silenced until a date.
+
+A run produces observations: a finding that fires, or evidence that one is back to normal. `apply` folds them
+into the alarms table in one transaction. A finding already alarmed updates its alarm (count, last seen, latest
+numbers) instead of opening another. An alarm whose metric came back to normal is marked recovered, judged
+against the baseline it first fired on (a moving baseline would call a regression that stays "recovered" as
+soon as the bad build becomes the baseline). Only a person, or `auto_resolve_after_recovered_runs`, resolves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import func, select
+
+from modelci import checks
+from modelci.alarms import changes
+from modelci.errors import UserError
+from modelci.records import Result
+from modelci.store.alarms_schema import AlarmEventRow, AlarmRow, ensure_tables
+from modelci.store.schema import ResultRow, RunRow, utcnow
+
+#: alarm kinds, by what fired
+KINDS = ("regression", "status", "change", "disappeared", "empty-suite", "stale")
+
+
+@dataclass
+class Observation:
+    """What one run says about one alarm key (runner, workload, check, metric): it fires, or it is normal."""
+
+    runner: str
+    workload: str
+    check: str
+    metric: str
+    firing: bool
+    kind: str = "regression"
+    message: str = ""
+    numbers: dict[str, Any] = field(default_factory=dict)
+    #: the baseline the finding was judged against; recovery is judged against the alarm's first one
+    baseline_result_id: int | None = None
+    #: the result behind a "normal" observation, to judge it against the alarm's own baseline
+    result: Result | None = None
+
+    @property
+    def key(self) -> str:
+        """The identity of the finding: one live alarm per key."""
+        return alarm_key(self.runner, self.workload, self.check, self.metric)
+
+
+def alarm_key(runner: str, workload: str, check: str, metric: str) -> str:
+    """The identity of a finding across runs."""
+    return f"{runner}|{workload}|{check}|{metric}"
+
+
+@dataclass
+class Alarm:
+    """An alarm as read from the store."""
+
+    id: int
+    runner: str
+    workload: str
+    check: str
+    metric: str
+    kind: str
+    state: str
+    recovered: bool
+    count: int
+    message: str
+    numbers: dict[str, Any]
+    target: str
+    last_target: str
+    opened_at: datetime
+    last_seen_at: datetime
+    silenced_until: date | None
+    acknowledged_by: str
+    resolved_by: str
+    note: str
+    recovered_runs: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        """The state as one phrase: "open", "acknowledged, recovered", "silenced until 2025-07-01", …"""
+        text = f"silenced until {self.silenced_until.isoformat()}" if self.state == "silenced" else self.state
+        return f"{text}, recovered" if self.recovered and self.state != "resolved" else text
+
+    @property
+    def group(self) -> str:
+        """Alarms first seen on the same target (and runner) form one group."""
+        return f"{self.target or '(no target)'} on {self.runner}"
+
+
+@dataclass
+class AlarmEvent:
+    """A change worth telling people about: an alarm opened (or fired again after recovering), or recovered."""
+
+    event: str  # "open" | "recovered"
+    alarm: Alarm
+    reopened: bool = False
+
+
+def to_alarm(row: AlarmRow, events: bool = False) -> Alarm:
+    """A row as an Alarm (with its event log when asked)."""
+    alarm = Alarm(
+        id=row.id, runner=row.runner, workload=row.workload, check=row.check, metric=row.metric, kind=row.kind,
+        state=row.state, recovered=row.recovered_at is not None, count=row.count, message=row.message,
+        numbers=dict(row.numbers or {}), target=row.target_label, last_target=row.last_target_label,
+        opened_at=_aware(row.opened_at), last_seen_at=_aware(row.last_seen_at), silenced_until=row.silenced_until,
+        acknowledged_by=row.acknowledged_by, resolved_by=row.resolved_by, note=row.note,
+        recovered_runs=row.recovered_runs,
+    )
+    if events:
+        alarm.events = [{"at": _aware(e.at), "event": e.event, "run_id": e.run_id, "by": e.by, "detail": e.detail}
+                        for e in row.events]
+    return alarm
+
+
+def apply(store: Any, config: Any, observations: Iterable[Observation], *, run_id: int | None = None,
+          target_id: int | None = None, target_label: str = "", today: date | None = None) -> list[AlarmEvent]:
+    """Fold a run's observations into the alarms, in one transaction; returns the events to notify about."""
+    ensure_tables(store.engine)
+    today = today or date.today()
+    now = utcnow()
+    auto = int(config.alarms.get("auto_resolve_after_recovered_runs", 0)) if config.alarms else 0
+    events: list[AlarmEvent] = []
+    with store.sessions.begin() as session:
+        _lapse_silences(session, today, run_id)
+        for obs in observations:
+            row = session.scalars(select(AlarmRow).where(AlarmRow.key == obs.key, AlarmRow.state != "resolved")).first()
+            # a "normal" finding may only mean the baseline moved: judge it against the alarm's own baseline
+            rejudged = _still_firing(store, config, row, obs) if row is not None and not obs.firing else None
+            firing = obs.firing or rejudged is not None
+            if firing and row is None:
+                row = AlarmRow(key=obs.key, runner=obs.runner, workload=obs.workload, check=obs.check,
+                               metric=obs.metric, kind=obs.kind, state="open", target_id=target_id,
+                               target_label=target_label, last_target_label=target_label, first_run_id=run_id,
+                               last_run_id=run_id, baseline_result_id=obs.baseline_result_id, count=1,
+                               message=obs.message, numbers=obs.numbers, first_numbers=obs.numbers, opened_at=now,
+                               last_seen_at=now)
+                session.add(row)
+                session.flush()
+                _event(session, row, "opened", run_id, detail=obs.message)
+                events.append(AlarmEvent("open", to_alarm(row)))
+            elif firing:
+                reopened = row.recovered_at is not None
+                row.count += 1
+                row.last_seen_at, row.last_run_id, row.recovered_at, row.recovered_runs = now, run_id, None, 0
+                row.last_target_label = target_label or row.last_target_label
+                if rejudged is not None:
+                    row.message = f"{rejudged.message} (against the alarm's baseline, result {row.baseline_result_id})"
+                    row.numbers = rejudged.numbers
+                else:
+                    row.message, row.numbers = obs.message, obs.numbers
+                _event(session, row, "reopened" if reopened else "seen", run_id, detail=row.message)
+                if reopened and row.state != "silenced":
+                    events.append(AlarmEvent("open", to_alarm(row), reopened=True))
+            elif row is not None:
+                row.recovered_runs += 1
+                if row.recovered_at is None:
+                    row.recovered_at = now
+                    _event(session, row, "recovered", run_id, detail=obs.message)
+                    if row.state != "silenced":
+                        events.append(AlarmEvent("recovered", to_alarm(row)))
+                if auto and row.recovered_runs >= auto:
+                    rule = f"config: auto_resolve_after_recovered_runs = {auto}"
+                    row.state, row.resolved_at, row.resolved_by = "resolved", now, rule
+                    _event(session, row, "resolved", run_id, by=rule)
+    return events
+
+
+def _still_firing(store: Any, config: Any, row: AlarmRow, obs: Observation) -> checks.Finding | None:
+    """Judge a "normal" result against the baseline the alarm first fired on: the finding when it is still a
+    regression there, else None."""
+    if row.check not in ("precision", "curve", "timing", "memory", "metric") or row.baseline_result_id is None:
+        return None
+    current = obs.result
+    if current is None or current.status != "ok":
+        return None
+    with store.sessions() as session:
+        original = session.get(ResultRow, row.baseline_result_id)
+        baseline = store.to_result(original) if original is not None else None
+    if baseline is None or baseline.status != "ok":
+        return None
+    findings = checks.evaluate(current, baseline, changes.calibrated(config, store)(row.runner, row.workload))
+    return next((f for f in findings if f.check == row.check and f.metric == row.metric and f.verdict == "regression"),
+                None)
+
+
+def _lapse_silences(session: Any, today: date, run_id: int | None) -> None:
+    """A silence ends after its date: the alarm goes back to the state it would have had."""
+    stmt = select(AlarmRow).where(AlarmRow.state == "silenced", AlarmRow.silenced_until < today)
+    for row in session.scalars(stmt):
+        row.state = "acknowledged" if row.acknowledged_at is not None else "open"
+        _event(session, row, "unsilenced", run_id, detail=f"silence until {row.silenced_until} lapsed")
+        row.silenced_until = None
+
+
+def log_event(store: Any, alarm_ids: Iterable[int], event: str, run_id: int | None = None, detail: str = "") -> None:
+    """Append one event to each of some alarms (e.g. "notified", "notify-failed"), in one transaction."""
+    with store.sessions.begin() as session:
+        session.add_all(AlarmEventRow(alarm_id=i, event=event, run_id=run_id, detail=detail[:2000]) for i in alarm_ids)
+
+
+def _event(session: Any, row: AlarmRow, event: str, run_id: int | None = None, by: str = "", detail: str = "") -> None:
+    session.add(AlarmEventRow(alarm_id=row.id, event=event, run_id=run_id, by=by, detail=detail[:2000]))
+
+
+# -- people ------------------------------------------------------------------------------------------------------
+
+
+def list_alarms(store: Any, *, states: Iterable[str] | None = None, runner: str | None = None,
+                today: date | None = None) -> list[Alarm]:
+    """Alarms, grouped by the target they first fired on (newest group first); by default the live ones."""
+    ensure_tables(store.engine)
+    with store.sessions.begin() as session:
+        _lapse_silences(session, today or date.today(), None)
+        stmt = select(AlarmRow).order_by(AlarmRow.id)
+        wanted = list(states) if states else ["open", "acknowledged", "silenced"]
+        stmt = stmt.where(AlarmRow.state.in_(wanted))
+        if runner:
+            stmt = stmt.where(AlarmRow.runner == runner)
+        alarms = [to_alarm(row) for row in session.scalars(stmt)]
+    newest = {}
+    for alarm in alarms:
+        newest[alarm.group] = max(newest.get(alarm.group, 0), alarm.id)
+    return sorted(alarms, key=lambda a: (-newest[a.group], a.group, a.id))
+
+
+def get_alarm(store: Any, alarm_id: int) -> Alarm:
+    """One alarm with its event log; an unknown id is a UserError."""
+    ensure_tables(store.engine)
+    with store.sessions() as session:
+        return to_alarm(_row(session, alarm_id), events=True)
+
+
+def acknowledge(store: Any, ids: Iterable[int], by: str, note: str = "") -> list[Alarm]:
+    """Someone is on it: open (or silenced) alarms become acknowledged; they stay until resolved."""
+    return _act(store, ids, "acknowledged", by, note)
+
+
+def resolve(store: Any, ids: Iterable[int], by: str, note: str = "") -> list[Alarm]:
+    """Close alarms; the same finding later opens a new alarm."""
+    return _act(store, ids, "resolved", by, note)
+
+
+def silence(store: Any, ids: Iterable[int], until: date, by: str, note: str = "",
+            today: date | None = None) -> list[Alarm]:
+    """Mute alarms until a date (inclusive): they keep counting but notify nobody; afterwards they come back."""
+    if until < (today or date.today()):
+        raise UserError(f"--until {until.isoformat()} is in the past; give a date from today on")
+    return _act(store, ids, "silenced", by, note, until=until)
+
+
+def _act(store: Any, ids: Iterable[int], state: str, by: str, note: str, until: date | None = None) -> list[Alarm]:
+    """A person's action on some alarms, all or none (one transaction)."""
+    ensure_tables(store.engine)
+    now = utcnow()
+    done = []
+    with store.sessions.begin() as session:
+        for alarm_id in ids:
+            row = _row(session, alarm_id)
+            if row.state == "resolved":
+                raise UserError(f"alarm {alarm_id} is already resolved (by {row.resolved_by or 'someone'}); "
+                                "a new occurrence opens a new alarm")
+            if state == "acknowledged":
+                row.acknowledged_at, row.acknowledged_by = now, by
+                if row.state != "silenced":
+                    row.state = state
+            elif state == "resolved":
+                row.state, row.resolved_at, row.resolved_by = state, now, by
+            else:
+                row.state, row.silenced_until = state, until
+            if note:
+                row.note = note
+            detail = f"until {until.isoformat()}" + (f": {note}" if note else "") if until else note
+            _event(session, row, state if state != "silenced" else "silenced", by=by, detail=detail)
+            session.flush()
+            done.append(to_alarm(row))
+    return done
+
+
+def _row(session: Any, alarm_id: int) -> AlarmRow:
+    row = session.get(AlarmRow, int(alarm_id))
+    if row is None:
+        raise UserError(f"no alarm {alarm_id}; `modelci alarms list --all` shows every alarm")
+    return row
+
+
+# -- nothing silent ----------------------------------------------------------------------------------------------
+
+
+def stale_observations(store: Any, days: int, now: datetime | None = None) -> list[Observation]:
+    """One observation per runner in the history: firing when its last successful run (a complete run with an ok
+    result) is more than `days` days old, or it never had one and started that long ago; 0 days turns it off."""
+    if days <= 0:
+        return []
+    now = now or utcnow()
+    with store.sessions() as session:
+        first = dict(session.execute(select(RunRow.runner, func.min(RunRow.started_at)).group_by(RunRow.runner)).all())
+        good = select(RunRow.runner, func.max(RunRow.started_at)).join(ResultRow, ResultRow.run_id == RunRow.id)
+        good = good.where(RunRow.status == "complete", ResultRow.status == "ok").group_by(RunRow.runner)
+        last = dict(session.execute(good).all())
+    observations = []
+    for runner, started in sorted(first.items()):
+        since = _aware(last.get(runner) or started)
+        age = now - since
+        firing = age > timedelta(days=days)
+        what = "last successful run" if runner in last else "no successful run since the first run"
+        message = (f"runner {runner!r}: {what} {since:%Y-%m-%d %H:%M} UTC, {age.days} days ago "
+                   f"(stale_after_days = {days})")
+        observations.append(Observation(runner, "(runner)", "stale", "successful-run", firing, kind="stale",
+                                        message=message, numbers={"last_success": since.isoformat(),
+                                                                  "age_days": round(age.total_seconds() / 86400, 2),
+                                                                  "stale_after_days": days}))
+    return observations
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """SQLite gives back naive datetimes; everything modelci stores is UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value

@@ -1,0 +1,258 @@
+"""Notifiers, picked by name from `[[notify]]` entries (STYLE.md: backends are a name → factory table).
+
+- webhook: POST of JSON with a `text` field (Slack, Mattermost and Teams-compatible receivers read it); the URL
+  comes only from the environment variable named by `url_env`, since webhook URLs are secrets.
+- email: SMTP (optionally SSL or STARTTLS, optionally logging in with the password in `password_env`).
+- markdown: the run's GitHub-flavoured summary, appended to a file ($GITHUB_STEP_SUMMARY through `path_env`).
+- junit: the run as JUnit XML, one test case per workload and check.
+
+Webhook and e-mail fire only when an alarm opens or recovers, never on every run; the two file kinds write every
+run. A failing notifier is retried with exponential backoff, a bounded number of times, then logged and reported:
+the run is stored before anyone is notified, so a notifier can never lose it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import smtplib
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+from modelci.alarms.lifecycle import AlarmEvent
+
+log = logging.getLogger("modelci.notify")
+#: bump when the JSON a webhook receives changes in a way that breaks a reader
+SCHEMA = "modelci.notify/1"
+
+
+class NotifyError(Exception):
+    """A notifier could not deliver; `retry` says whether trying again may help."""
+
+    def __init__(self, message: str, retry: bool = True):
+        super().__init__(message)
+        self.retry = retry
+
+
+@dataclass
+class Delivery:
+    """What one notifier did: delivered or not, after how many attempts, and why not."""
+
+    notifier: str
+    ok: bool
+    attempts: int
+    error: str = ""
+
+
+@dataclass
+class Message:
+    """What is sent: a title (e-mail subject), plain text (chat), the events, and the run when there is one."""
+
+    title: str
+    text: str
+    events: list[AlarmEvent]
+    outcome: Any = None
+    run_id: int | None = None
+
+
+def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = None) -> Message:
+    """The notification of some alarm events, grouped by the target each alarm first fired on."""
+    opened = sum(e.event == "open" for e in events)
+    recovered = sum(e.event == "recovered" for e in events)
+    parts = [f"{opened} alarm{'s' * (opened != 1)} opened"] if opened else []
+    parts += [f"{recovered} recovered"] if recovered else []
+    where = f" on {outcome.target.label} (runner {outcome.runner})" if outcome is not None else ""
+    title = f"modelci: {', '.join(parts) or 'no alarm changes'}{where}"
+    lines = [title]
+    groups: dict[str, list[AlarmEvent]] = {}
+    for event in events:
+        groups.setdefault(event.alarm.group, []).append(event)
+    for group, members in groups.items():
+        lines.append(f"*{group}*")
+        for event in members:
+            alarm = event.alarm
+            word = "REOPENED" if event.reopened else ("OPENED" if event.event == "open" else "RECOVERED")
+            lines.append(f"- {word} #{alarm.id} [{alarm.kind}] {alarm.workload} {alarm.check}:{alarm.metric}: "
+                         f"{alarm.message}")
+    if run_id is not None:
+        lines.append(f"run {run_id}: `modelci show {run_id}`; `modelci alarms list` for every live alarm")
+    return Message(title=title, text="\n".join(lines), events=events, outcome=outcome, run_id=run_id)
+
+
+def payload(message: Message) -> dict[str, Any]:
+    """The JSON body a webhook receives: `text` for chat receivers, the events for scripts."""
+    return {
+        "text": message.text,
+        "modelci": {
+            "schema": SCHEMA,
+            "title": message.title,
+            "run_id": message.run_id,
+            "events": [{"event": e.event, "reopened": e.reopened, "id": e.alarm.id, "kind": e.alarm.kind,
+                        "runner": e.alarm.runner, "workload": e.alarm.workload, "check": e.alarm.check,
+                        "metric": e.alarm.metric, "state": e.alarm.state, "target": e.alarm.target,
+                        "count": e.alarm.count, "message": e.alarm.message} for e in message.events],
+        },
+    }
+
+
+# -- the notifiers -----------------------------------------------------------------------------------------------
+
+
+def describe(entry: Mapping[str, Any]) -> str:
+    """How messages name a notifier: its entry number, kind and where it sends, never a secret."""
+    name = f" {entry['name']!r}" if entry.get("name") else ""
+    head = f"[[notify]] entry {entry.get('_entry', '?')}{name}"
+    kind = entry["kind"]
+    if kind == "webhook":
+        return f"{head} (webhook, URL from ${entry['url_env']})"
+    if kind == "email":
+        return f"{head} (email via SMTP {entry['host']}:{entry['port']})"
+    return f"{head} ({kind} file {entry['path'] or '$' + entry['path_env']})"
+
+
+def _secret(entry: Mapping[str, Any], key: str, environ: Mapping[str, str]) -> str:
+    """The value of the environment variable an entry names; unset is an error that retrying cannot fix."""
+    variable = entry[key]
+    value = environ.get(variable, "")
+    if not value:
+        raise NotifyError(f"environment variable {variable} is not set (named by key {key!r}); export it where "
+                          "modelci runs: secrets are read only from the environment", retry=False)
+    return value
+
+
+def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
+    """POST the JSON payload; any status outside 2xx, or no answer within `timeout`, is a failure."""
+    url = _secret(entry, "url_env", environ)
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise NotifyError(f"${entry['url_env']} is not an http(s) URL", retry=False)
+    host = f"{parsed.hostname}:{parsed.port}" if parsed.port else parsed.hostname
+    body = json.dumps(payload(message)).encode()
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "User-Agent": "modelci"})
+    try:
+        with urllib.request.urlopen(request, timeout=entry["timeout"]) as response:
+            response.read()
+    except urllib.error.HTTPError as exc:
+        # 4xx means the receiver refuses this request as it is: retrying the same bytes will not help
+        raise NotifyError(f"host {host} answered HTTP {exc.code} {exc.reason}", retry=exc.code >= 500) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise NotifyError(f"host {host} unreachable: {reason}") from None
+
+
+def send_email(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
+    """Send one plain-text e-mail through the configured SMTP server."""
+    password = _secret(entry, "password_env", environ) if entry["password_env"] else ""
+    mail = EmailMessage()
+    mail["Subject"] = message.title
+    mail["From"] = entry["sender"]
+    mail["To"] = ", ".join(entry["to"])
+    mail.set_content(message.text + "\n")
+    kind = smtplib.SMTP_SSL if entry["ssl"] else smtplib.SMTP
+    try:
+        with kind(entry["host"], entry["port"], timeout=entry["timeout"]) as smtp:
+            if entry["starttls"]:
+                smtp.starttls()
+            if entry["username"]:
+                smtp.login(entry["username"], password)
+            smtp.send_message(mail)
+    except smtplib.SMTPAuthenticationError as exc:
+        raise NotifyError(f"SMTP server refused the login of {entry['username']!r}: {exc.smtp_code}",
+                          retry=False) from None
+    except (smtplib.SMTPException, OSError) as exc:
+        raise NotifyError(f"SMTP server {entry['host']}:{entry['port']} unreachable or refused: "
+                          f"{exc.__class__.__name__}: {exc}") from None
+
+
+def _file_path(entry: Mapping[str, Any], environ: Mapping[str, str]) -> Path:
+    return Path(entry["path"]) if entry["path"] else Path(_secret(entry, "path_env", environ))
+
+
+def write_markdown(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
+    """Append the run's Markdown summary (or the alarm events alone) to the file, as step summaries expect."""
+    from modelci.report import markdown
+
+    if message.outcome is not None:
+        text = markdown.run_summary(message.outcome, events=message.events)
+    else:
+        text = markdown.alarms_summary(message.events)
+    try:
+        path = _file_path(entry, environ)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    except OSError as exc:
+        raise NotifyError(f"cannot write: {exc.strerror}", retry=False) from None
+
+
+def write_junit(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
+    """Write the run as JUnit XML (replacing the file: one report per run)."""
+    from modelci.report import junit
+
+    try:
+        junit.write(_file_path(entry, environ), junit.run_xml(message.outcome))
+    except OSError as exc:
+        raise NotifyError(f"cannot write: {exc.strerror}", retry=False) from None
+
+
+#: name -> (send function, whether it needs a run rather than alarm events)
+NOTIFIERS: dict[str, tuple[Callable[..., None], bool]] = {
+    "webhook": (send_webhook, False),
+    "email": (send_email, False),
+    "markdown": (write_markdown, False),
+    "junit": (write_junit, True),
+}
+
+
+def deliver(config: Any, events: list[AlarmEvent], *, outcome: Any = None, store: Any = None,
+            run_id: int | None = None, environ: Mapping[str, str] | None = None,
+            sleep: Callable[[float], None] = time.sleep) -> list[Delivery]:
+    """Send to every configured notifier that has something to say; never raises. With a store, each delivery is
+    recorded in the events of the alarms it was about."""
+    environ = os.environ if environ is None else environ
+    deliveries = []
+    for entry in config.notify:
+        send, needs_run = NOTIFIERS[entry["kind"]]
+        wanted = [e for e in events if e.event in entry["on"]]
+        if needs_run and outcome is None:
+            continue
+        if entry["kind"] in ("webhook", "email") and not wanted:
+            continue  # chat and mail only hear about alarms opening and recovering, not about every run
+        if entry["kind"] == "markdown" and outcome is None and not wanted:
+            continue
+        message = compose(wanted, outcome, run_id)
+        delivery = attempt(entry, functools.partial(send, entry, message, environ), sleep)
+        deliveries.append(delivery)
+        if store is not None and wanted:
+            from modelci.alarms import lifecycle
+
+            lifecycle.log_event(store, [e.alarm.id for e in wanted], "notified" if delivery.ok else "notify-failed",
+                                run_id, detail=describe(entry) + ("" if delivery.ok else f": {delivery.error}"))
+    return deliveries
+
+
+def attempt(entry: Mapping[str, Any], send: Callable[[], None], sleep: Callable[[float], None]) -> Delivery:
+    """Call `send` up to 1 + retries times, waiting backoff, 2 backoff, 4 backoff, … seconds in between."""
+    name = describe(entry)
+    tries = 1 + int(entry["retries"])
+    number = 0
+    while True:
+        number += 1
+        try:
+            send()
+            return Delivery(name, True, number)
+        except NotifyError as exc:
+            if not exc.retry or number >= tries:
+                return Delivery(name, False, number, f"{name}: {exc} (after {number} attempt{'s' * (number > 1)})")
+            wait = entry["backoff"] * 2 ** (number - 1)
+            log.info("%s: %s; attempt %d of %d, retrying in %.2gs", name, exc, number, tries, wait)
+            sleep(wait)

@@ -1,0 +1,371 @@
+"""Bisect: find the commit, merged PR or release that caused a regression (issue 7).
+
+Library first: `bisect(config, suites, pattern, repo=..., good=..., bad=...) -> BisectResult` is what the CLI calls
+and what `run --bisect-on-alarm` can call. Every probe is a normal `workflow.run` with reuse, so it is stored in the
+history like any run, and a bisect started again reuses the probes it already has and rebuilds nothing (builds are
+cached by commit; a commit that failed to build is remembered and skipped without a new attempt).
+
+The search is in `search.py` (no git, no runs), the verdicts in `judge.py`, the release lists in `releases.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelci import builds, targets
+from modelci.bisect.judge import CHECKS, BisectRefused, Criterion, choose, confirm, split, verdict
+from modelci.bisect.search import Search
+from modelci.errors import UserError
+from modelci.gitrepo import Commit, GitRepo
+from modelci.records import Result
+
+__all__ = ["CHECKS", "BisectRefused", "BisectResult", "Probe", "Suspect", "bisect"]
+
+#: bump when BisectResult.to_json changes meaning
+SCHEMA = 1
+
+
+@dataclass
+class Probe:
+    """One tested commit or release: its verdict, why, and the stored run behind it."""
+
+    item: str  # commit sha, or the release's target spec
+    spec: str
+    verdict: str  # "good" | "bad" | "skip"
+    why: str
+    status: str
+    round: int  # 0: the ends; -1: the boundary re-run that confirms a timing or memory culprit
+    run_id: int | None = None
+    built: bool = False  # a build happened for it (it was not in the build cache)
+    reused: bool = False  # its result came from the history
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Suspect:
+    """A commit (with sha, subject, author, date and PR number) or a release that may be the culprit."""
+
+    item: str
+    spec: str
+    commit: Commit | None = None
+
+    @property
+    def label(self) -> str:
+        """`abc123def0 subject (#12)` for a commit, the spec for a release."""
+        if self.commit is None:
+            return self.spec
+        pr = f" (PR #{self.commit.pr})" if self.commit.pr and f"#{self.commit.pr}" not in self.commit.subject else ""
+        return f"{self.item[:10]} {self.commit.subject}{pr}"
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict for reports."""
+        return {"item": self.item, "spec": self.spec, **(self.commit.to_json() if self.commit else {})}
+
+
+@dataclass
+class BisectResult:
+    """What a bisect found: the culprit, or the candidates when only untestable commits remain."""
+
+    status: str  # "found" | "untestable" | "unconfirmed"
+    workload: str
+    check: str
+    metrics: list[str]
+    good: Suspect
+    bad: Suspect
+    culprit: Suspect | None = None
+    last_good: Suspect | None = None
+    candidates: list[Suspect] = field(default_factory=list)
+    probes: list[Probe] = field(default_factory=list)
+    rounds: int = 0
+    range_size: int = 0
+    evidence: str = ""
+    confirmation: dict[str, Any] | None = None
+    inconsistent: list[str] = field(default_factory=list)
+    message: str = ""
+
+    @property
+    def builds(self) -> int:
+        """Distinct commits or releases that had to be built or installed, the two ends included."""
+        return len({p.item for p in self.probes})
+
+    @property
+    def fresh_builds(self) -> int:
+        """Of those, how many were built now rather than taken from the build cache."""
+        return len({p.item for p in self.probes if p.built})
+
+    @property
+    def skipped(self) -> int:
+        """Probes that were untestable."""
+        return sum(1 for p in self.probes if p.verdict == "skip")
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict for the JSON report."""
+        return {
+            "bisect_schema": SCHEMA, "status": self.status, "workload": self.workload, "check": self.check,
+            "metrics": self.metrics, "good": self.good.to_json(), "bad": self.bad.to_json(),
+            "culprit": self.culprit.to_json() if self.culprit else None,
+            "last_good": self.last_good.to_json() if self.last_good else None,
+            "candidates": [c.to_json() for c in self.candidates], "rounds": self.rounds,
+            "range_size": self.range_size, "builds": self.builds, "fresh_builds": self.fresh_builds,
+            "evidence": self.evidence, "confirmation": self.confirmation, "inconsistent": self.inconsistent,
+            "message": self.message,
+            "probes": [{"item": p.item, "spec": p.spec, "verdict": p.verdict, "why": p.why, "status": p.status,
+                        "round": p.round, "run_id": p.run_id, "built": p.built, "reused": p.reused,
+                        "numbers": p.numbers} for p in self.probes],
+        }
+
+
+def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: str | None = None,
+           good: str | None = None, bad: str | None = None, versions: list[str] | None = None,
+           check: str | None = None, first_parent: bool = False, build: str | None = None, jobs: int = 1,
+           log: Callable[[str], object] = print, command: str = "") -> BisectResult:
+    """Find the first bad commit of `repo` between `good` and `bad` (or the first bad release of `versions`,
+    oldest first) for one workload, following `check` or, without it, whichever check fails between the ends.
+
+    Raises BisectRefused when the good end is not good or the bad end is not bad, UserError for bad input.
+    """
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs}: give 1 or more probes per round")
+    if versions is not None:
+        space: _Space = _Releases(versions)
+    else:
+        if not (repo and good and bad):
+            raise UserError("bisect needs --repo with --good and --bad, or --versions / --package with --between")
+        space = _Commits(GitRepo(repo, config.cache_dir), good, bad, first_parent, build)
+    from modelci.store import Store
+
+    Store.from_config(config)  # create the history before parallel probes race to do it
+    prober = _Prober(config, suite_specs, pattern, space, jobs, command)
+
+    log(f"bisecting {space.size} {space.noun} between {space.describe(space.good)} and {space.describe(space.bad)}")
+    ends = prober.run([space.good, space.bad], round=0)
+    workload = _one_workload(ends, pattern)
+    results = {item: found.get(workload) for item, (found, _) in ends.items()}
+    good_result, bad_result = results[space.good], results[space.bad]
+    if good_result is None or bad_result is None:
+        raise BisectRefused(f"workload {workload} has no result at both ends; check -k")
+    criterion = choose(good_result, bad_result, config.policy_for(workload), check,
+                       space.describe(space.good), space.describe(space.bad))
+    log(f"following the {criterion.check} check on {', '.join(criterion.metrics)}: {criterion.evidence}")
+    probes = [prober.probe(space.good, ends, workload, "good", "the good end", 0),
+              prober.probe(space.bad, ends, workload, "bad", criterion.evidence, 0)]
+    if criterion.noisy:
+        _confirm_ends(prober, space, workload, criterion, probes)
+    else:
+        split(criterion)
+
+    search = space.search()
+    rounds = 1
+    while not search.done:
+        batch = search.next_probes(jobs)
+        ran = prober.run(batch, round=rounds)
+        outcomes = {}
+        for item in batch:
+            word, why, numbers = verdict(criterion, ran[item][0].get(workload))
+            probe = prober.probe(item, ran, workload, word, why, rounds, numbers)
+            probes.append(probe)
+            outcomes[item] = word
+            log(f"round {rounds}: {space.describe(item)} is {word} ({why})")
+        search.record(outcomes)
+        rounds += 1
+
+    result = BisectResult(status="found", workload=workload, check=criterion.check, metrics=criterion.metrics,
+                          good=space.suspect(space.good), bad=space.suspect(space.bad), probes=probes,
+                          rounds=rounds, range_size=space.size, evidence=criterion.evidence,
+                          inconsistent=list(search.inconsistent))
+    if search.culprit is None:
+        result.status = "untestable"
+        result.candidates = [space.suspect(item) for item in search.remaining()]
+        result.message = (f"only untestable {space.noun} remain: the first bad one is one of "
+                          + ", ".join(c.label for c in result.candidates))
+        return result
+    result.culprit = space.suspect(search.culprit)
+    result.last_good = space.suspect(space.parent_of(search.culprit))
+    result.message = f"first bad: {result.culprit.label}"
+    if criterion.noisy:
+        _confirm_boundary(prober, workload, criterion, result)
+    return result
+
+
+def _confirm_ends(prober: _Prober, space: _Space, workload: str, criterion: Criterion, probes: list[Probe]) -> None:
+    """Timing and memory: both ends run again, fresh; the bad end must still be bad against the new good end."""
+    again = prober.run([space.good, space.bad], round=0, fresh=True)
+    good_again, bad_again = (again[item][0].get(workload) for item in (space.good, space.bad))
+    probes += [prober.probe(item, again, workload, word, "re-run of the end", 0) for item, word in
+               ((space.good, "good"), (space.bad, "bad"))]
+    if good_again is None or bad_again is None:
+        raise BisectRefused(f"re-running the ends gave no result for {workload}")
+    confirmed, why, numbers = confirm(criterion, good_again, bad_again)
+    if not confirmed:
+        raise BisectRefused(f"the bad end {space.describe(space.bad)} is not bad: its first runs differed "
+                            f"({criterion.evidence}) but fresh runs of both ends do not ({why}); "
+                            f"this {criterion.check} difference is noise")
+    split(criterion, numbers.get("ratio"))
+
+
+def _confirm_boundary(prober: _Prober, workload: str, criterion: Criterion, result: BisectResult) -> None:
+    """Re-run the last good and the first bad commit, fresh, and report the culprit only if they still differ."""
+    pair = [result.last_good.item, result.culprit.item]
+    again = prober.run(pair, round=-1, fresh=True)
+    before, after = (again[item][0].get(workload) for item in pair)
+    result.probes += [prober.probe(item, again, workload, word, "boundary re-run", -1)
+                      for item, word in zip(pair, ("good", "bad"))]
+    ok = before is not None and after is not None
+    confirmed, why, numbers = confirm(criterion, before, after) if ok else (False, "no result", {})
+    result.confirmation = {"confirmed": confirmed, "why": why, "numbers": numbers}
+    if not confirmed:
+        result.status = "unconfirmed"
+        result.message = (f"{result.culprit.label} looked first bad, but fresh runs of it and "
+                          f"{result.last_good.label} do not differ ({why}); no culprit is reported")
+        result.culprit = None
+
+
+def _one_workload(ends: dict[str, tuple[dict[str, Result], Any]], pattern: str | None) -> str:
+    """The one workload the bisect follows: -k must select exactly one (an exact id or name wins)."""
+    ids = sorted({w for found, _ in ends.values() for w in found})
+    exact = [w for w in ids if pattern in (w, w.rpartition("/")[2])] if pattern else []
+    if len(exact) == 1:
+        return exact[0]
+    if len(ids) != 1:
+        raise UserError(f"bisect follows one workload, but -k {pattern!r} selects {len(ids)}: "
+                        f"{', '.join(ids) or 'none'}; pass -k with one workload id")
+    return ids[0]
+
+
+# --- what is searched: commits of a repository, or an ordered list of releases --------------------------------
+
+
+class _Space:
+    """The items a bisect searches and how each becomes a target spec."""
+
+    noun = "items"
+    good: str
+    bad: str
+    size: int
+
+    def spec(self, item: str) -> str:
+        raise NotImplementedError
+
+    def search(self) -> Search:
+        raise NotImplementedError
+
+    def suspect(self, item: str) -> Suspect:
+        return Suspect(item, self.spec(item))
+
+    def describe(self, item: str) -> str:
+        return self.suspect(item).label
+
+    def parent_of(self, item: str) -> str:
+        raise NotImplementedError
+
+
+class _Commits(_Space):
+    noun = "commits"
+
+    def __init__(self, repo: GitRepo, good: str, bad: str, first_parent: bool, build: str | None):
+        self.repo, self.build = repo, build
+        self.good, self.bad = repo.resolve(good), repo.resolve(bad)
+        if self.good == self.bad or not repo.is_ancestor(self.good, self.bad):
+            raise UserError(f"--good {good} must be an ancestor of --bad {bad} in {repo.url}")
+        self.graph = repo.graph([self.good], self.bad, first_parent)
+        self.size = len(self.graph)
+        self.first_parent = first_parent
+        self._commits: dict[str, Commit] = {}
+
+    def spec(self, item: str) -> str:
+        return targets.git_spec(self.repo.url, item, self.build)
+
+    def search(self) -> Search:
+        return Search.over(self.graph, self.bad)
+
+    def suspect(self, item: str) -> Suspect:
+        if item not in self._commits:
+            self._commits[item] = self.repo.commit(item)
+        return Suspect(item, self.spec(item), self._commits[item])
+
+    def parent_of(self, item: str) -> str:
+        # first parent: for a merge on the main line that is the main line before the PR came in
+        return self.suspect(item).commit.parents[0]
+
+
+class _Releases(_Space):
+    noun = "releases"
+
+    def __init__(self, versions: list[str]):
+        self.items = [v.strip() for v in versions if v.strip()]
+        if len(self.items) < 2 or len(set(self.items)) != len(self.items):
+            raise UserError("--versions needs at least two distinct targets, oldest (good) first")
+        for item in self.items:
+            if targets.resolve(item).kind != "requirement":
+                raise UserError(f"--versions entry {item!r} is not a requirement such as numpy==1.24.4")
+        self.good, self.bad, self.size = self.items[0], self.items[-1], len(self.items) - 1
+
+    def spec(self, item: str) -> str:
+        return item
+
+    def search(self) -> Search:
+        return Search.linear(self.items[1:])
+
+    def parent_of(self, item: str) -> str:
+        return self.items[self.items.index(item) - 1]
+
+
+class _Prober:
+    """Runs probes as normal runs (with reuse), K at a time in threads; remembers what was built."""
+
+    def __init__(self, config: Any, suite_specs: list[str], pattern: str | None, space: _Space, jobs: int,
+                 command: str):
+        self.config, self.suite_specs, self.pattern = config, suite_specs, pattern
+        self.space, self.jobs, self.command = space, jobs, command
+        self.built: set[str] = set()
+
+    def run(self, items: list[str], round: int, fresh: bool = False) -> dict[str, tuple[dict[str, Result], Any]]:
+        """item -> (workload id -> result, run id); runs at most `jobs` at once."""
+        if self.jobs == 1 or len(items) == 1:
+            return {item: self._one(item, fresh, round) for item in items}
+        with ThreadPoolExecutor(max_workers=min(self.jobs, len(items))) as pool:
+            futures = {item: pool.submit(self._one, item, fresh, round) for item in items}
+            return {item: future.result() for item, future in futures.items()}
+
+    def _one(self, item: str, fresh: bool, round: int) -> tuple[dict[str, Result], Any]:
+        from modelci import workflow
+        from modelci.report.console import Progress
+
+        spec = self.space.spec(item)
+        if isinstance(self.space, _Commits):
+            target = targets.resolve(spec, cache_dir=self.config.cache_dir)
+            failure = builds.remembered_failure(target, self.config.cache_dir, self.config.python)
+            if failure is not None and not fresh and round > 0:
+                # resume: this commit did not build before; its error run is already in the history
+                reason = f"did not build (remembered from an earlier attempt): {failure['reason'].splitlines()[0]}"
+                return {}, {"run_id": None, "reused": True, "why": reason}
+            if not builds.is_built(target, self.config.cache_dir, self.config.python):
+                self.built.add(item)
+        try:
+            outcome = workflow.run(self.config, spec, self.suite_specs, self.pattern, reuse=not fresh,
+                                   progress=Progress(quiet=True), command=self.command)
+        except UserError as exc:
+            if round == 0:
+                raise  # an end that cannot even be set up is bad input, not an untestable commit
+            return {}, {"run_id": None, "reused": False, "why": f"untestable: {str(exc).splitlines()[0]}"}
+        found = {r.workload: r for r in outcome.results}
+        return found, {"run_id": outcome.run_id, "reused": all(r.reused for r in outcome.results)}
+
+    def probe(self, item: str, ran: dict[str, tuple[dict[str, Result], Any]], workload: str, word: str, why: str,
+              round: int, numbers: dict[str, Any] | None = None) -> Probe:
+        """The record of one probe from what `run` returned."""
+        found, meta = ran[item]
+        result = found.get(workload)
+        return Probe(item=item, spec=self.space.spec(item), verdict=word, why=meta.get("why") or why,
+                     status=result.status if result else "error", round=round,
+                     run_id=meta.get("run_id"), built=item in self.built, reused=bool(meta.get("reused")),
+                     numbers=numbers or {})
+
+
+def log2_bound(size: int, jobs: int = 1) -> int:
+    """The rounds a bisect of `size` candidates needs without skips: ceil(log_(K+1) size)."""
+    return math.ceil(math.log(size, jobs + 1) - 1e-9) if size > 1 else 0

@@ -1,0 +1,356 @@
+"""Build a git-commit target into something an environment can install (issue 3, part 6).
+
+Three strategies, named by `BuildPlan`:
+- `wheel` (default): a PEP 517 build with `uv build --wheel`, from the indexes the user's pip config names;
+- `pythonpath`: no build. A tiny generated wheel carries the package's name, version (`1.0+g<sha>`) and static
+  dependencies plus a `.pth` file pointing at the checkout, so the environment holds the dependencies while the
+  package itself is imported from the checkout. Each commit costs a checkout and a few KiB;
+- a custom command run in the checkout, which must leave a wheel in `$MODELCI_DIST_DIR` (or `dist/`).
+
+Built wheels are cached by commit and plan in `<cache_dir>/builds/<key>/`, written to a temporary folder and
+renamed into place only after a successful build. A failed build leaves `<key>.failed.json` with its log tail,
+which bisect reads so that a resumed search does not build a broken commit again.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from modelci.errors import UserError
+from modelci.gitrepo import GitRepo
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: bump when the layout of a build folder changes: old builds are then built again
+BUILD_SCHEMA = 1
+BUILD_TIMEOUT = 3600.0
+LOG_TAIL_CHARS = 3000
+
+
+class BuildError(UserError):
+    """A commit that did not build: the message names the commit and how it was built; `log_tail` holds the end
+    of the build log. `run` turns it into `error` results and bisect into a skipped probe."""
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """How a commit becomes installable: `wheel`, `pythonpath[:FOLDER]` or a shell command."""
+
+    strategy: str  # "wheel" | "pythonpath" | "command"
+    command: str = ""
+    #: pythonpath only: the folder that goes on the path, relative to the project ("" = src/ if present, else .)
+    path: str = ""
+    #: the project folder inside the repository (pip's `#subdirectory=`)
+    subdirectory: str = ""
+
+    @classmethod
+    def parse(cls, text: str | None, subdirectory: str = "") -> BuildPlan:
+        """`wheel` (also for empty), `pythonpath`, `pythonpath:FOLDER`, or any other text as a shell command."""
+        text = (text or "").strip() or "wheel"
+        subdirectory = subdirectory.strip("/")
+        if text == "wheel":
+            return cls("wheel", subdirectory=subdirectory)
+        if text == "pythonpath" or text.startswith("pythonpath:"):
+            return cls("pythonpath", path=text.partition(":")[2].strip("/"), subdirectory=subdirectory)
+        return cls("command", command=text, subdirectory=subdirectory)
+
+    @property
+    def text(self) -> str:
+        """The plan as `--build` spells it."""
+        if self.strategy == "pythonpath":
+            return "pythonpath" + (f":{self.path}" if self.path else "")
+        return self.command if self.strategy == "command" else "wheel"
+
+    def key(self, sha: str, python: str) -> str:
+        """The cache key of this plan for one commit; the interpreter counts for builds that compile."""
+        plan = {"schema": BUILD_SCHEMA, "plan": self.text, "subdirectory": self.subdirectory,
+                "python": python if self.strategy != "pythonpath" else ""}
+        digest = hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:12]
+        return f"{sha[:16]}-{digest}"
+
+
+def build_dir(target: Any, cache_dir: Path | str, python: str) -> tuple[Path, BuildPlan]:
+    """Where the build of a git target is cached, and its plan."""
+    plan = BuildPlan.parse(target.build, target.subdirectory or "")
+    return Path(cache_dir).expanduser().absolute() / "builds" / plan.key(target.commit, python), plan
+
+
+def is_built(target: Any, cache_dir: Path | str, python: str) -> bool:
+    """Whether a complete build of this target is cached."""
+    folder, _ = build_dir(target, cache_dir, python)
+    return (folder / "build.json").is_file()
+
+
+def remembered_failure(target: Any, cache_dir: Path | str, python: str) -> dict[str, Any] | None:
+    """The failure recorded by the last build of this target ({"reason", "log_tail", "at"}), or None."""
+    folder, _ = build_dir(target, cache_dir, python)
+    try:
+        return json.loads(folder.with_name(folder.name + ".failed.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def prepare(target: Any, cache_dir: Path | str, *, python: str, index: Any = None,
+            log: Callable[[str], object] = print) -> list[str]:
+    """Build a git target (or take its cached build) and return the requirements that install it.
+
+    Sets the target's name and version from what was built. Raises BuildError when the commit does not build.
+    """
+    folder, plan = build_dir(target, cache_dir, python)
+    done = _load(folder)
+    if done is None:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with open(folder.with_name(folder.name + ".lock"), "a") as handle:
+            # of two processes building one commit, one builds and the other waits for it
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            done = _load(folder) or _build(target, folder, plan, cache_dir, python, index, log)
+    wheel = folder / done["wheel"]
+    name, version, _, _ = parse_wheel_filename(wheel.name)
+    target.name, target.version = canonicalize_name(name), str(version)
+    return [str(wheel)]
+
+
+def _load(folder: Path) -> dict[str, Any] | None:
+    try:
+        done = json.loads((folder / "build.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return done if done.get("schema") == BUILD_SCHEMA and (folder / done["wheel"]).is_file() else None
+
+
+def _build(target: Any, folder: Path, plan: BuildPlan, cache_dir: Path | str, python: str, index: Any,
+           log: Callable[[str], object]) -> dict[str, Any]:
+    memo = folder.with_name(folder.name + ".failed.json")
+    label = f"commit {target.commit[:12]}" + (f" ({target.subject})" if target.subject else "")
+    start = time.monotonic()
+    tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        checkout = GitRepo(target.repo, cache_dir).worktree(target.commit)
+        project = checkout / plan.subdirectory if plan.subdirectory else checkout
+        if not (project / "pyproject.toml").is_file() and plan.strategy != "command":
+            raise BuildError(f"{label} did not build: it has no "
+                             f"{plan.subdirectory + '/' if plan.subdirectory else ''}pyproject.toml; pass the "
+                             "project folder with #subdirectory= or build it with --build CMD")
+        log(f"building {label} ({plan.text})")
+        if plan.strategy == "pythonpath":
+            wheel = _pythonpath_wheel(project, plan, target.commit, tmp, label)
+        else:
+            wheel = _build_wheel(project, plan, target, tmp, cache_dir, python, index, label)
+        done = {"schema": BUILD_SCHEMA, "commit": target.commit, "plan": plan.text, "wheel": wheel.name,
+                "python": python, "seconds": round(time.monotonic() - start, 3)}
+        (tmp / "build.json").write_text(json.dumps(done, indent=1) + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)  # the build becomes visible whole, or not at all
+    except BuildError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        memo.write_text(json.dumps({"reason": str(exc), "log_tail": exc.log_tail, "at": time.time()}) + "\n")
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    memo.unlink(missing_ok=True)
+    log(f"built {label} in {time.monotonic() - start:.2f}s")
+    return done
+
+
+def _build_wheel(project: Path, plan: BuildPlan, target: Any, tmp: Path, cache_dir: Path | str, python: str,
+                 index: Any, label: str) -> Path:
+    """`uv build --wheel` or the user's command, in the checkout; the one wheel it made is moved into `tmp`."""
+    dist = tmp / "dist"
+    dist.mkdir()
+    env = dict(os.environ, MODELCI_DIST_DIR=str(dist), MODELCI_COMMIT=target.commit, PYTHON=python, NO_COLOR="1")
+    env.setdefault("UV_CACHE_DIR", str(Path(cache_dir).expanduser().absolute() / "uv-cache"))
+    if plan.strategy == "wheel":
+        from modelci.envs import find_uv
+
+        cmd = [find_uv(), "build", "--wheel", "--out-dir", str(dist), "--python", python, *_index_args(index), "."]
+        how = "`uv build --wheel`"
+    else:
+        cmd = ["sh", "-c", plan.command]
+        how = f"the build command {plan.command!r}"
+    log_path = tmp / "build.log"
+    started = time.time()
+    with open(log_path, "wb") as out:
+        try:
+            proc = subprocess.run(cmd, cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    tail = _tail(log_path)
+    if code != 0:
+        what = f"exit code {code}" if code is not None else f"no result after {BUILD_TIMEOUT:g} s"
+        raise BuildError(f"{label} did not build with {how}: {what}; the build log ends with:\n{tail}", tail)
+    wheels = sorted(dist.glob("*.whl"))
+    if not wheels and plan.strategy == "command":
+        wheels = sorted(p for p in (project / "dist").glob("*.whl") if p.stat().st_mtime >= started - 1)
+    if len(wheels) != 1:
+        found = "no wheel" if not wheels else f"{len(wheels)} wheels ({', '.join(p.name for p in wheels)})"
+        raise BuildError(f"{label} did not build: {how} succeeded but left {found}; it must leave one .whl in "
+                         "$MODELCI_DIST_DIR (or dist/)", tail)
+    return Path(shutil.move(str(wheels[0]), tmp / wheels[0].name))
+
+
+def _index_args(index: Any) -> list[str]:
+    """The user's index options for `uv build`: `uv pip install`'s, less the runtime constraints."""
+    if index is None:
+        return []
+    args, skip = [], False
+    for arg in index.uv_args():
+        if skip:
+            skip = False
+        elif arg == "--constraint":
+            skip = True
+        else:
+            args.append(arg)
+    return args
+
+
+def _pythonpath_wheel(project: Path, plan: BuildPlan, sha: str, tmp: Path, label: str) -> Path:
+    """A wheel holding only metadata and a `.pth` file that puts the checkout (or a folder of it) on the path."""
+    try:
+        meta = tomllib.loads((project / "pyproject.toml").read_text()).get("project", {})
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BuildError(f"{label} did not build: pyproject.toml is not valid TOML ({exc})", str(exc)) from None
+    name = str(meta.get("name") or project.name)
+    try:
+        version = Version(str(meta.get("version", "0"))).public
+    except InvalidVersion:
+        version = "0"
+    root = (project / plan.path) if plan.path else (project / "src" if (project / "src").is_dir() else project)
+    if not root.is_dir():
+        raise BuildError(f"{label} did not build: the pythonpath folder {plan.path!r} is not in the checkout")
+    dependencies = [str(d) for d in meta.get("dependencies", []) if isinstance(d, str)]
+    dist = canonicalize_name(name).replace("-", "_")
+    files = {f"_modelci_checkout_{dist}.pth": f"{root.resolve()}\n"}
+    return write_wheel(tmp, name, f"{version}+g{sha[:12]}", files, dependencies)
+
+
+def write_wheel(directory: Path, name: str, version: str, files: dict[str, str], requires: list[str] = ()) -> Path:
+    """Write a pure-Python wheel by hand (no build backend, no network) and return its path."""
+    dist = canonicalize_name(name).replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata += [f"Requires-Dist: {req}" for req in requires]
+    contents = {path: text.encode() for path, text in files.items()}
+    contents[f"{info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
+    contents[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: modelci\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = []
+    for path, data in contents.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    contents[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    wheel = directory / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path, data in contents.items():
+            entry = zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0))  # same inputs, same bytes, same env id
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, data, compress_type=zipfile.ZIP_DEFLATED)
+    return wheel
+
+
+def _tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
+    text = path.read_bytes()[-limit * 2:].decode("utf-8", "replace") if path.exists() else ""
+    return text[-limit:].strip()
+
+
+# --- a run whose target did not build (issue 3: "never stops the whole run") -------------------------------
+
+
+def failed_outcome(config: Any, store: Any, target: Any, error: BuildError, suites: dict[str, Path],
+                   suite_specs: list[str], pattern: str | None, command: str = "") -> Any:
+    """Store an `error` result, with the build log tail, for every selected workload of a target that did not
+    build, judge them like any result, and return the workflow's RunOutcome."""
+    from modelci import envs, workflow
+    from modelci.records import Result
+    from modelci.store.schema import utcnow
+
+    started = utcnow()
+    digest = hashlib.sha256(f"{target.commit}:{target.build}:{target.subdirectory}".encode()).hexdigest()[:16]
+    # no environment exists; this record stands for the one that could not be made
+    env = envs.Environment(id=f"unbuilt-{digest}", path=None, python=Path(config.python), spec=None, lock="",
+                           fingerprint={}, isolated=True)
+    info = {"build_failed": True, "commit": target.commit, "build": BuildPlan.parse(target.build).text}
+    results = [Result(workload=workload_id, status="error", reason=str(error).splitlines()[0],
+                      stderr_tail=error.log_tail, code_hash=code_hash, info=dict(info))
+               for workload_id, code_hash in declared_workloads(suites, pattern)]
+    outcome = workflow.RunOutcome(run_id=None, target=target, environment=env, runner=config.runner)
+    outcome.run_id = store.ingest(target=target, environment=env, runner=config.runner, results=results,
+                                  status="complete", suites=suite_specs, selection=pattern or "",
+                                  command=command, started_at=started)
+    outcome.comparisons = workflow.evaluate(config, store, target, results)
+    return outcome
+
+
+def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> list[tuple[str, str]]:
+    """(workload id, code hash) of the workloads the suite files declare, read without importing them.
+
+    Discovery imports the suite files inside the environment; when the environment could not be built, the
+    classes deriving from `Workload` are read from the source instead (a class assigning `name = "..."` is
+    stored under that name). A suite where none is found gets one `<suite>/(build)` entry.
+    """
+    import ast
+    import fnmatch
+
+    from modelci.workload.child import suite_files
+
+    found: list[tuple[str, str]] = []
+    for suite, folder in suites.items():
+        declared = []
+        for path in suite_files(folder):
+            data = path.read_bytes()
+            try:
+                tree = ast.parse(data)
+            except SyntaxError:
+                continue
+            workloads = {"Workload"}
+            for node in tree.body:
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if bases & workloads:
+                    workloads.add(node.name)
+                    if not node.name.startswith("_"):
+                        declared.append((f"{suite}/{_declared_name(node)}", hashlib.sha256(data).hexdigest()))
+        found += declared or [(f"{suite}/(build)", "")]
+    if pattern:
+        def match(text: str) -> bool:
+            return fnmatch.fnmatchcase(text, pattern) if any(c in pattern for c in "*?[") else pattern in text
+
+        found = [entry for entry in found if match(entry[0])] or [(f"{suite}/(build)", "") for suite in suites]
+    return found
+
+
+def _declared_name(node: Any) -> str:
+    import ast
+
+    for statement in node.body:
+        if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id == "name"
+                and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)):
+            return statement.value.value
+    return node.name

@@ -1,0 +1,76 @@
+"""`modelci alarms [list|show|ack|resolve|silence|check]`: the alarms in the history and what people do with them."""
+
+from __future__ import annotations
+
+import getpass
+import os
+
+from modelci.commands import EXIT_OK, EXIT_REGRESSION
+
+
+def add_parser(sub) -> None:
+    """Declare the command and its actions."""
+    parser = sub.add_parser("alarms", help="list, show, acknowledge, resolve or silence alarms; check for stale "
+                                            "runners")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    listing = actions.add_parser("list", help="live alarms grouped by target (the default action)")
+    listing.add_argument("--all", action="store_true", help="resolved alarms too")
+    listing.add_argument("--state", action="append", choices=("open", "acknowledged", "silenced", "resolved"),
+                         help="only alarms in this state; repeatable")
+    listing.add_argument("--runner", help="only this runner")
+    show = actions.add_parser("show", help="one alarm and its events")
+    show.add_argument("id", type=int)
+    for name, text in (("ack", "acknowledge: someone is on it"), ("resolve", "close: fixed or accepted")):
+        action = actions.add_parser(name, help=text)
+        _people_options(action)
+    silence = actions.add_parser("silence", help="mute alarms until a date; they come back after it")
+    _people_options(silence)
+    silence.add_argument("--until", required=True, metavar="DATE", help="last day of the silence, e.g. 2025-07-01")
+    actions.add_parser("check", help="check for runners with no recent successful run, and notify (for a scheduler)")
+
+
+def _people_options(parser) -> None:
+    parser.add_argument("ids", nargs="+", type=int, metavar="ID", help="alarm ids (see `modelci alarms list`)")
+    parser.add_argument("--by", help="who (default: $MODELCI_USER, else the login name)")
+    parser.add_argument("--note", default="", help="why, for the alarm's record")
+
+
+def _who(args) -> str:
+    return args.by or os.environ.get("MODELCI_USER") or getpass.getuser()
+
+
+def main(args, cfg) -> int:
+    """Run one action; `check` exits 1 when it opened an alarm."""
+    from modelci.alarms import hooks, lifecycle, settings, views
+    from modelci.report import console as consoles
+    from modelci.store import Store
+
+    store = Store(cfg.db, cfg.artifacts)
+    out = consoles.console()
+    action = args.action or "list"
+    if action == "list":
+        states = args.state if args.action and args.state else None
+        if args.action and args.all:
+            states = ["open", "acknowledged", "silenced", "resolved"]
+        runner = args.runner if args.action else None
+        views.render_alarms(lifecycle.list_alarms(store, states=states, runner=runner), out)
+    elif action == "show":
+        views.render_alarm(lifecycle.get_alarm(store, args.id), out)
+    elif action in ("ack", "resolve", "silence"):
+        who, note = _who(args), args.note
+        if action == "ack":
+            done = lifecycle.acknowledge(store, args.ids, who, note)
+        elif action == "resolve":
+            done = lifecycle.resolve(store, args.ids, who, note)
+        else:
+            until = settings.parse_date(args.until, "--until")
+            done = lifecycle.silence(store, args.ids, until, who, note)
+        for alarm in done:
+            out.print(f"alarm {alarm.id}: {alarm.status}")
+    elif action == "check":
+        report = hooks.check_now(cfg, store)
+        views.render_alarm_report(report, out)
+        opened = [e for e in report.events if e.event == "open"]
+        out.print(f"{len(opened)} alarm(s) opened, {len(report.events) - len(opened)} recovered")
+        return EXIT_REGRESSION if opened else EXIT_OK
+    return EXIT_OK

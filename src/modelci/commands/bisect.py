@@ -1,0 +1,100 @@
+"""`modelci bisect`: find the commit, merged PR or release that caused a regression (issue 7).
+
+Exit codes: 0 a culprit was found; 1 the bisect ended without one (only untestable commits remain, or a timing
+culprit did not reproduce); 2 refused (the good end is not good, the bad end is not bad) or bad input.
+"""
+
+from __future__ import annotations
+
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection
+
+VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow"}
+
+
+def add_parser(sub) -> None:
+    """Declare the command."""
+    parser = sub.add_parser("bisect", help="find the commit, merged PR or release that caused a regression")
+    parser.add_argument("--repo", help="git repository (path or URL) whose history is searched")
+    parser.add_argument("--good", help="with --repo: a ref where the workload is good")
+    parser.add_argument("--bad", help="with --repo: a ref where it is bad (a descendant of --good)")
+    parser.add_argument("--versions", help="comma-separated targets, oldest (good) first: 'numpy==1.23.5,...'")
+    parser.add_argument("--package", help="search the releases of this package the configured index offers")
+    parser.add_argument("--between", nargs=2, metavar=("GOOD", "BAD"), help="with --package: the good and bad release")
+    parser.add_argument("--check", choices=["status", "precision", "curve", "timing", "memory"],
+                        help="the check to follow (default: whichever fails between the ends)")
+    parser.add_argument("--first-parent", action="store_true", help="search the main line only (merged PRs)")
+    parser.add_argument("--build", help="how commits are built: wheel (default), pythonpath[:FOLDER], or a shell "
+                                        "command that leaves a wheel in $MODELCI_DIST_DIR")
+    parser.add_argument("--jobs", type=int, default=1, help="probes per round, run at once: a (K+1)-ary search")
+    add_selection(parser)
+
+
+def main(args, cfg) -> int:
+    """Run the bisect, print each probe and the verdict, write the JSON report."""
+    from modelci import envs, workflow
+    from modelci.bisect import bisect, releases
+    from modelci.errors import UserError
+    from modelci.report import console as views
+    from modelci.report import json_report
+
+    versions = None
+    if args.package or args.between:
+        if not (args.package and args.between):
+            raise UserError("--package and --between go together: --package numpy --between 1.23.5 1.24.4")
+        versions = releases.between(args.package, *args.between, envs.IndexConfig.from_pip(), cfg.python)
+    elif args.versions:
+        versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+    if versions is not None and (args.repo or args.good or args.bad):
+        raise UserError("give either --repo/--good/--bad or releases (--versions, --package), not both")
+    out = views.console(stderr=True)
+
+    def log(text: str) -> None:
+        if not args.quiet:
+            out.print(text, markup=False, style="dim", highlight=False)
+
+    try:
+        result = bisect(cfg, args.suite or cfg.suites, args.pattern, repo=args.repo, good=args.good, bad=args.bad,
+                        versions=versions, check=args.check, first_parent=args.first_parent, build=args.build,
+                        jobs=args.jobs, log=log, command=args.command_line)
+    except workflow.Interrupted as exc:
+        out.print(f"[yellow]{exc}; run the same command again to resume[/]")
+        return EXIT_INTERRUPTED
+    render(result, views.console())
+    if args.json_path:
+        json_report.write(args.json_path, {"schema": json_report.SCHEMA, "kind": "bisect", **result.to_json()})
+    return EXIT_OK if result.status == "found" else EXIT_REGRESSION
+
+
+def render(result, out) -> None:
+    """The probes as a table, then the culprit (or the candidates)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"bisect {result.workload} on the {result.check} check", title_justify="left")
+    for column in ("round", "probe", "verdict", "why", "run"):
+        table.add_column(column, overflow="fold")
+    labels = {s.item: s.label for s in [result.good, result.bad, *result.candidates,
+                                        *filter(None, [result.culprit, result.last_good])]}
+    for probe in result.probes:
+        label = labels.get(probe.item) or (probe.item[:10] if len(probe.item) == 40 else probe.item)
+        style = VERDICT_STYLE.get(probe.verdict, "")
+        round_text = "ends" if probe.round == 0 else "confirm" if probe.round < 0 else str(probe.round)
+        run = f"{probe.run_id or '-'}" + (" (reused)" if probe.reused else "")
+        table.add_row(round_text, escape(label), f"[{style}]{probe.verdict}[/]", escape(probe.why[:160]), run)
+    out.print(table)
+    out.print(f"{result.range_size} candidates, {result.rounds} rounds, {result.builds} builds "
+              f"({result.fresh_builds} new), {result.skipped} skipped probes")
+    if result.culprit is not None:
+        commit = result.culprit.commit
+        out.print(f"[bold red]first bad:[/] {escape(result.culprit.label)}")
+        if commit is not None:
+            pr = f", PR #{commit.pr}" if commit.pr else ""
+            out.print(f"  sha {commit.sha}\n  author {escape(commit.author)}, {commit.date}{pr}")
+        if result.last_good is not None:
+            out.print(f"[green]last good:[/] {escape(result.last_good.label)}")
+        if result.confirmation:
+            out.print(f"  confirmed by re-running both: {escape(result.confirmation['why'])}")
+    else:
+        out.print(f"[yellow]{escape(result.message)}[/]")
+    for item in result.inconsistent:
+        out.print(f"[yellow]note:[/] {item[:10]} was good although a bad commit precedes it; the check may be flaky")

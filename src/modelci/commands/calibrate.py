@@ -1,0 +1,28 @@
+"""`modelci calibrate`: measure each workload's run-to-run noise on one target and store it as a floor."""
+
+from __future__ import annotations
+
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection
+
+
+def add_parser(sub) -> None:
+    """Declare the command."""
+    parser = sub.add_parser("calibrate", help="run each workload N times on one target and store its noise")
+    parser.add_argument("--target", required=True, help="numpy==2.0.0, a path to a .whl, or current")
+    add_selection(parser)
+    parser.add_argument("--runs", type=int, default=5, help="how many times to run each workload (default 5)")
+
+
+def main(args, cfg) -> int:
+    """Calibrate and print the noise table; exit 1 when a workload failed in any run."""
+    from modelci import calibrate, workflow
+    from modelci.report import console as views
+
+    try:
+        outcome = calibrate.calibrate(cfg, args.target, args.suite or cfg.suites, args.pattern, runs=args.runs,
+                                      progress=views.Progress(quiet=args.quiet), command=args.command_line)
+    except workflow.Interrupted as exc:
+        views.console(stderr=True).print(f"[yellow]{exc}[/]")
+        return EXIT_INTERRUPTED
+    views.render_calibration(outcome, views.console())
+    return EXIT_REGRESSION if outcome.failures else EXIT_OK

@@ -1,0 +1,205 @@
+"""`modelci env lock|check|constraints|diff|consistency|export|gc`: environments as inspectable records (issue 3).
+
+Each subcommand calls one function of `modelci.envs` and prints what it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from modelci.commands import EXIT_OK, EXIT_REGRESSION
+
+
+def add_parser(sub) -> None:
+    """Declare the command and its subcommands."""
+    parser = sub.add_parser("env", help="environments: lock, check constraints, diff, consistency, export, gc")
+    env = parser.add_subparsers(dest="env_command", required=True, metavar="SUBCOMMAND")
+
+    lock = env.add_parser("lock", help="write the lock file (exact pins) of a run's or an environment's environment")
+    lock.add_argument("ref", metavar="RUN|ENV", help="a run id, latest, or an environment id")
+    lock.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the lock")
+
+    check = env.add_parser("check", help="fail when a constraints file is not consumed or a lock contradicts one")
+    check.add_argument("files", nargs="*", metavar="FILE",
+                       help="constraints files that must be consumed (default: every *constraint*.txt in the project)")
+    check.add_argument("--lock", action="append", default=[], metavar="FILE",
+                       help="check this lock (repeatable; default: the environments of the latest run per runner)")
+
+    derive = env.add_parser("constraints", help="derive loose cross-platform constraints from a pilot lock")
+    derive.add_argument("--from", dest="source", required=True, metavar="LOCK", help="a lock file, run id or env id")
+    derive.add_argument("--level", choices=("major", "minor", "patch"), default="minor",
+                        help="how loose: tensorflow==1.6.8 at minor gives >=1.6,<1.7 (default minor)")
+    derive.add_argument("--only-direct", action="store_true", help="only the requirements that were asked for")
+    derive.add_argument("-o", "--output", metavar="FILE", help="write here instead of printing")
+
+    diff = env.add_parser("diff", help="what differs between two environments: packages and fingerprint")
+    diff.add_argument("a", metavar="A", help="a run id, an environment id, a lock file or an export bundle")
+    diff.add_argument("b", metavar="B", help="the same kinds as A")
+    diff.add_argument("--json", dest="json_path", metavar="FILE", help="also write the diff as JSON")
+    diff.add_argument("--exit-code", action="store_true", help="exit 1 when they differ")
+
+    same = env.add_parser("consistency", help="packages whose versions differ between runners for one target")
+    same.add_argument("--target", required=True, help="the target spec, e.g. torch==2.13.0")
+    same.add_argument("--json", dest="json_path", metavar="FILE", help="also write the result as JSON")
+    same.add_argument("--exit-code", action="store_true", help="exit 1 when the runners differ")
+
+    export = env.add_parser("export", help="write a bundle that reproduces a run: lock, fingerprint, Dockerfile, "
+                                           "reproduce.sh")
+    export.add_argument("ref", metavar="RUN", help="a run id, or latest")
+    export.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")
+
+    gc = env.add_parser("gc", help="remove cached environments")
+    how = gc.add_mutually_exclusive_group(required=True)
+    how.add_argument("--keep", type=int, metavar="N", help="keep the N most recently used environments")
+    how.add_argument("--older-than", type=float, metavar="DAYS", help="remove environments unused for DAYS days")
+
+
+def main(args, cfg) -> int:
+    """Run the subcommand."""
+    return globals()["_" + args.env_command](args, cfg)
+
+
+def _lock(args, cfg) -> int:
+    from rich.markup import escape
+
+    from modelci.envs import lockfile, refs
+    from modelci.report.console import console
+
+    record = refs.resolve(args.ref, _store(cfg), cfg.cache_dir)
+    lock = record.to_lock()
+    if record.run:
+        run = record.run
+        lock.target = f"{run['target_name']}=={run['target_version']}" if run["target_version"] else ""
+    lockfile.write(args.output, lock)
+    console().print(escape(f"wrote the lock of {record.label}: {len(lock.pins)} packages, environment {record.id} "
+                           f"-> {args.output}"), highlight=False)
+    return EXIT_OK
+
+
+def _check(args, cfg) -> int:
+    import sysconfig
+
+    from modelci.envs import IndexConfig, lockfile
+    from rich.markup import escape
+
+    from modelci.envs.check import check
+    from modelci.report.console import console
+
+    locks = [lockfile.read(path) for path in args.lock]
+    report = check(cfg.env, cfg.root, _store(cfg), locks=locks, files=args.files,
+                   pip_constraints=IndexConfig.from_pip().constraints, platform_tag=sysconfig.get_platform())
+    out = console()
+    for line in report.checked:
+        out.print(f"[dim]checked {escape(line)}[/]", highlight=False)
+    for line in report.warnings:
+        out.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
+    for line in report.problems:
+        out.print(f"[red]problem:[/] {escape(line)}", highlight=False)
+    if not cfg.env.get("constraints") and not report.problems:
+        out.print(escape("no [env] constraints are configured"))
+    out.print("[green]env check passed[/]" if report.ok else f"[red]env check failed: {len(report.problems)} "
+              "problem(s)[/]")
+    return EXIT_OK if report.ok else EXIT_REGRESSION
+
+
+def _constraints(args, cfg) -> int:
+    from modelci.envs import constraints, refs
+    from modelci.report.console import console
+
+    record = refs.resolve(args.source, _store(cfg), cfg.cache_dir)
+    lock = record.to_lock()
+    text = constraints.derive(lock, args.level, args.only_direct, source=record.label)
+    if args.output:
+        Path(args.output).write_text(text)
+        console().print(f"wrote {len(text.splitlines()) - 1} constraints -> {args.output}")
+    else:
+        print(text, end="")
+    return EXIT_OK
+
+
+def _diff(args, cfg) -> int:
+    from rich.markup import escape
+
+    from modelci.envs import diff, refs
+    from modelci.report.console import console, render_env_diff
+
+    store = _store(cfg)
+    a, b = (refs.resolve(ref, store, cfg.cache_dir) for ref in (args.a, args.b))
+    result = diff.diff(a.id, a.lock, a.fingerprint, b.id, b.lock, b.fingerprint)
+    targets = {r.run["target_name"] for r in (a, b) if r.run}
+    out = console()
+    out.print(escape(f"A = {a.label}\nB = {b.label}"), highlight=False)
+    render_env_diff(result, out, targets)
+    if args.json_path:
+        _write_json(args.json_path, {"schema": "modelci.envdiff/1", "a_label": a.label, "b_label": b.label,
+                                     **result.to_json()})
+    return EXIT_REGRESSION if args.exit_code and not result.same else EXIT_OK
+
+
+def _consistency(args, cfg) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from modelci.envs.consistency import consistency
+    from modelci.report.console import console
+
+    result = consistency(_store(cfg), args.target)
+    out = console()
+    runners = sorted(result.runners)
+    out.print(f"target {escape(args.target)} on " + ", ".join(
+        f"{escape(r)} (run {result.runners[r]['run_id']}, env {result.runners[r]['environment_id']})" for r in runners))
+    if len(runners) < 2:
+        out.print("only one runner ran this target: nothing to compare")
+    elif result.consistent:
+        out.print("[green]every runner has the same versions of every package[/]")
+    else:
+        table = Table(show_edge=False, pad_edge=False)
+        for column in ("package", *runners, "difference"):
+            table.add_column(escape(column))
+        for row in result.packages:
+            table.add_row(escape(row["name"]), *(escape(row["versions"][r] or "-") for r in runners), row["bump"])
+        out.print(table)
+    if args.json_path:
+        _write_json(args.json_path, {"schema": "modelci.consistency/1", **result.to_json()})
+    return EXIT_REGRESSION if args.exit_code and not result.consistent else EXIT_OK
+
+
+def _export(args, cfg) -> int:
+    from rich.markup import escape
+
+    from modelci.envs import export, refs
+    from modelci.report.console import console
+
+    record = refs.from_run(_store(cfg), args.ref)
+    settings = {key: cfg.values[key] for key in ("seed", "timeout", "repeats", "threads") if key in cfg.values}
+    bundle = export.export(record, args.out, cfg.root, settings)
+    out = console()
+    for note in bundle.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    out.print(escape(f"wrote the bundle of {record.label} -> {bundle.path}; run {bundle.path / 'reproduce.sh'} "
+                     "to reproduce it"), highlight=False)
+    return EXIT_OK
+
+
+def _gc(args, cfg) -> int:
+    from modelci.envs.gc import gc
+    from modelci.report.console import console
+
+    out = console()
+    report = gc(cfg.cache_dir, keep=args.keep, older_than_days=args.older_than,
+                log=lambda line: out.print(line, markup=False, highlight=False))
+    out.print(f"removed {len(report.removed)} environment(s), freed {report.freed_bytes / 1e6:.1f} MB "
+              "outside uv's cache; "
+              f"kept {len(report.kept)}" + (f", skipped {len(report.busy)} in use" if report.busy else ""))
+    return EXIT_OK
+
+
+def _store(cfg):
+    from modelci.store import Store
+
+    return Store.from_config(cfg) if hasattr(Store, "from_config") else Store(cfg.db, cfg.artifacts)
+
+
+def _write_json(path: str, data: dict) -> None:
+    Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n")

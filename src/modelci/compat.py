@@ -1,0 +1,593 @@
+"""Backward compatibility: models saved by one framework build must load in another and give the same outputs.
+
+Two steps (issue 6):
+
+    record_saved_models: after a run, each saved model → an immutable blob + manifest in the artifact store
+    check:  manifests → select producers → verify sha256 → load + infer in the consumer's environment
+            → precision check against the producer's outputs → entries (the matrix) → history → exit code
+
+A manifest names its producer build, format, sha256 and size, the seed and the producer's inputs and outputs,
+the platform fingerprint and the date. Inputs come back from the seed: the consumer calls `setup(ctx)` with the
+producer's seed, which makes the data again, then `load` and `infer`. When the workload has `example_inputs()`,
+the inputs are also kept as arrays and compared, so a changed random stream is told apart from a changed model.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from fsspec.implementations.local import LocalFileSystem
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+import modelci
+from modelci import targets
+from modelci.checks.policy import Finding
+from modelci.checks.precision import check_outputs
+from modelci.errors import UserError
+from modelci.execute import local
+from modelci.store import Store
+from modelci.store import compat_schema as records
+from modelci.store.artifacts import CorruptArtifact
+from modelci.store.schema import utcnow
+
+#: outcomes of one (producer, consumer, workload, format); all but `ok` and `missing` are regressions.
+#: `unreadable` (the stored bytes are missing or do not match their sha256) is this module's addition to the
+#: issue's list: a producer whose artifacts cannot be read is a finding, not a skip.
+OUTCOMES = ("ok", "load_failed", "outputs_differ", "unsupported", "missing", "unreadable")
+#: a workload deleted from the suite is the suite author's choice, not a break of the framework: reported only
+NOT_GATING = ("ok", "missing")
+DIRECTIONS = ("backward", "forward", "both")
+
+
+@dataclass
+class CompatEntry:
+    """One saved model checked in one consumer build: the cell of the matrix and why it holds what it holds."""
+
+    workload: str
+    format: str
+    producer: dict[str, Any]
+    consumer: dict[str, Any]
+    direction: str
+    outcome: str
+    error: str = ""
+    #: output name -> the precision numbers; `inputs` -> whether the regenerated inputs matched
+    numbers: dict[str, Any] = field(default_factory=dict)
+    #: the format can execute code on load (torch_pickle, torchscript, paddle_state…)
+    unsafe: bool = False
+    key: str = ""
+    sha256: str = ""
+    size: int = 0
+    traceback: str = ""
+    times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def gating(self) -> bool:
+        """Whether this entry fails the check (exit 1)."""
+        return self.outcome not in NOT_GATING
+
+
+@dataclass
+class CompatOutcome:
+    """What one `compat` check found, entry by entry, and where it was kept."""
+
+    target: targets.Target
+    direction: str
+    entries: list[CompatEntry]
+    check_id: str = ""
+    artifacts: str = ""
+
+    @property
+    def regressed(self) -> bool:
+        """Whether any entry is a regression."""
+        return any(e.gating for e in self.entries)
+
+
+def target_dict(target: Any) -> dict[str, Any]:
+    """The fields of a target that a manifest or an entry keeps; `spec` is what installs it again (a wheel's
+    absolute path), for `--direction forward`."""
+    spec = target.requirements[0] if target.kind == "wheel" and target.requirements else target.spec
+    return {"kind": target.kind, "name": target.name, "version": target.version or "", "commit": target.commit or "",
+            "wheel_sha256": target.wheel_sha256 or "", "spec": spec, "label": target.label}
+
+
+# -- recording ------------------------------------------------------------------------------------
+
+
+def record_saved_models(store: Any, target: Any, env: Any, results: list[Any], *, seed: int = 0,
+                        suites: dict[str, Path] | None = None, workloads: list[Any] | None = None,
+                        scratch: Path | None = None, runner: str = "", threads: int = 0) -> list[dict[str, Any]]:
+    """Store each saved model of the fresh ok results, with its manifest; returns the manifests.
+
+    Runs before the run's scratch folder is deleted. A `current` target has no version for compat to order
+    by, so nothing is recorded for it. Saving the same bytes twice stores them once, and a manifest with the
+    same key (same producer, workload, format, bytes, seed, inputs and outputs) is written once.
+    """
+    saved = [(r, e) for r in results if not r.reused and r.status == "ok" for e in r.info.get("saved", [])
+             if e.get("status") == "ok" and e.get("path") and Path(e["path"]).exists()]
+    if target.kind == "current" or not saved:
+        return []
+    store.artifacts.check_writable()
+    infos = {w.id: w for w in workloads or []}
+    files = {w.id: w.file for w in infos.values()}
+    wanted = sorted({r.workload for r, _ in saved if _mentions_inputs(files.get(r.workload))})
+    inputs = _producer_inputs(store, env, suites, files, wanted, scratch, seed, threads) if suites and scratch else {}
+    producer, outputs, manifests = target_dict(target), {}, []
+    for result, entry in saved:
+        if id(result) not in outputs:
+            outputs[id(result)] = {name: _put_array(store, array) for name, array in result.outputs.items()}
+        saved = Path(entry["path"])
+        if saved.is_file():
+            (digest, size), layout = store.artifacts.put_file(saved), "file"
+        else:
+            data, layout = records.pack(saved)
+            digest, size = store.artifacts.put(data), len(data)
+        manifest = {
+            "producer": producer, "workload": result.workload, "suite": result.workload.partition("/")[0],
+            "file": Path(files.get(result.workload, "")).name, "framework": result.framework,
+            "requires": list(getattr(infos.get(result.workload), "requires", [])),
+            "code_hash": result.code_hash, "format": entry["format"], "unsafe": bool(entry.get("unsafe")),
+            "sha256": digest, "size": size, "layout": layout, "seed": seed,
+            "inputs": {"seed": seed, "arrays": inputs.get(result.workload, {})},
+            "outputs": outputs[id(result)], "fingerprint": env.fingerprint, "environment": env.id,
+            "runner": runner, "result_id": result.id, "recorded_at": utcnow().isoformat(),
+            "modelci_version": modelci.__version__,
+        }
+        manifests.append(records.write_manifest(store.artifacts, manifest)[0])
+    records.ensure_tables(store.engine)
+    with store.sessions.begin() as session:
+        records.add_saved_models(session, manifests)
+    return manifests
+
+
+def _put_array(store: Any, array: Any) -> dict[str, Any]:
+    array = np.asarray(array)
+    digest, _ = store.artifacts.put_array(array)
+    return {"sha256": digest, "dtype": str(array.dtype), "shape": list(array.shape)}
+
+
+def _mentions_inputs(file: str | None) -> bool:
+    """Whether a suite file may define `example_inputs`; saves a process for the suites that cannot."""
+    try:
+        return bool(file) and "example_inputs" in Path(file).read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _producer_inputs(store: Any, env: Any, suites: dict[str, Path], files: dict[str, str], wanted: list[str],
+                     scratch: Path, seed: int, threads: int) -> dict[str, dict[str, Any]]:
+    """The producer's `example_inputs()` as stored arrays, per workload (one process for all of them)."""
+    if not wanted:
+        return {}
+    jobs = [{"index": i, "workload": w, "file": files.get(w), "seed": seed} for i, w in enumerate(wanted)]
+    folder = Path(tempfile.mkdtemp(prefix="inputs-", dir=scratch))
+    done = run_jobs(env.python, suites, jobs, folder, command="inputs", timeout=600, threads=threads)
+    found = {}
+    for job in jobs:
+        record = done.get(job["index"], {})
+        base = Path(record.get("_folder", folder))
+        if record.get("status") == "ok" and record.get("inputs"):
+            found[job["workload"]] = {name: _put_array(store, np.load(base / entry["file"], allow_pickle=False))
+                                      for name, entry in record["inputs"].items()}
+    return found
+
+
+# -- running jobs in an environment ----------------------------------------------------------------
+
+
+def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], folder: Path, *,
+             command: str = "load", timeout: float = 1800.0, threads: int = 0,
+             on_job: Callable[[dict[str, Any]], object] | None = None) -> dict[int, dict[str, Any]]:
+    """Run compat_child jobs, one process per seed for all its jobs; returns index -> the job's record.
+
+    A job that kills or hangs its process gets a `load_failed` record naming the signal or the timeout, and a
+    fresh process takes the jobs after it: one bad model never hides the others. `on_job` hears of each job as
+    it starts (progress). One process per seed, because the producer's process had PYTHONHASHSEED = its seed.
+    """
+    records: dict[int, dict[str, Any]] = {}
+    for seed in sorted({int(job.get("seed", 0)) for job in jobs}):
+        pending = [job for job in jobs if int(job.get("seed", 0)) == seed]
+        attempt = 0
+        while pending:
+            attempt += 1
+            out = folder / f"{command}-{seed}-{attempt}"
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "jobs.json").write_text(json.dumps(pending))
+            cmd = [str(python), "-m", "modelci.workload.compat_child", command, "--jobs", str(out / "jobs.json"),
+                   "--out", str(out)]
+            cmd += [arg for name, path in suites.items() for arg in ("--suite", f"{name}={path}")]
+            env = local.child_env(local.shim_dir(folder), seed, threads)
+            by_index = {job["index"]: job for job in pending}
+            code, hung = _watch(cmd, env, out, timeout, lambda i: on_job and i in by_index and on_job(by_index[i]))
+            started = len(records)
+            for job in pending:
+                result = out / str(job["index"]) / "result.json"
+                try:
+                    # the record's file names are relative to the job's own folder
+                    records[job["index"]] = dict(json.loads(result.read_text()), _folder=str(result.parent))
+                except (OSError, ValueError):  # none, or cut short by a crash: the job did not finish
+                    pass
+            left = [job for job in pending if job["index"] not in records]
+            if not left:
+                break
+            current = _current(out)
+            culprit = next((job for job in left if job["index"] == current), None)
+            why = _exit_reason(code, hung, timeout)
+            stderr = local.tail(out / "stderr.txt", 1500)
+            if culprit is None and len(records) == started:
+                # nothing ran in this process (it failed at start-up): every job left gets the reason
+                for job in left:
+                    records[job["index"]] = _failed(job, f"the compat process {why} before it loaded anything",
+                                                    stderr, out)
+                break
+            if culprit is not None:
+                records[culprit["index"]] = _failed(culprit, f"the process {why} while loading it", stderr, out)
+            pending = [job for job in left if job is not culprit]
+    return records
+
+
+def _watch(cmd: list[str], env: dict[str, str], out: Path, timeout: float,
+           started: Callable[[int], object]) -> tuple[int | None, bool]:
+    """Run the child; kill it when one job runs longer than `timeout`. Returns (exit code, hung)."""
+    with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        began, seen = time.monotonic(), None
+        try:
+            while True:
+                try:
+                    return proc.wait(timeout=0.05), False
+                except subprocess.TimeoutExpired:
+                    pass
+                current = _current(out)
+                if current != seen:
+                    began, seen = time.monotonic(), current
+                    if current is not None:
+                        started(current)
+                if time.monotonic() - began > timeout:
+                    break
+        finally:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+    return None, True
+
+
+def _current(out: Path) -> int | None:
+    """The index of the job the child announced last, or None before the first one."""
+    try:
+        return int((out / "current").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _exit_reason(code: int | None, hung: bool, timeout: float) -> str:
+    if hung:
+        return f"was killed after {timeout:g} s without finishing"
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        return f"was killed by signal {name}"
+    return f"exited with code {code}"
+
+
+def _failed(job: dict[str, Any], reason: str, stderr: str, out: Path) -> dict[str, Any]:
+    return {"index": job["index"], "workload": job["workload"], "format": job.get("format", ""),
+            "status": "load_failed", "reason": reason, "traceback": stderr, "outputs": {}, "inputs": None,
+            "unsafe": False, "times": {}, "_folder": str(out / str(job["index"]))}
+
+
+# -- selecting what to check ----------------------------------------------------------------------
+
+
+def version_filter(from_spec: str | None, target_version: str) -> SpecifierSet:
+    """The producer versions to check: by default those older than the target.
+
+    `--from 1.2` (a bare version) means 1.2 and later, still older than the target; anything else is a
+    specifier set taken as it is (`==2.13.0` checks a build against models saved by its own version).
+    """
+    text = (from_spec or "").strip()
+    try:
+        if not text:
+            return SpecifierSet(f"<{target_version}")
+        try:
+            return SpecifierSet(f">={Version(text)},<{target_version}")
+        except InvalidVersion:
+            return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise UserError(f"--from {from_spec!r} is neither a version (1.2) nor a version specifier (>=1.2,<2, "
+                        "==2.13.0)") from None
+
+
+def _in(spec: SpecifierSet, version: str) -> bool:
+    try:
+        return spec.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def _same_build(producer: dict[str, Any], target: dict[str, Any]) -> bool:
+    return all(str(producer.get(k) or "") == str(target.get(k) or "") for k in ("name", "version", "commit"))
+
+
+def _selected(manifest: dict[str, Any], suites: dict[str, Path], pattern: str | None) -> bool:
+    """Whether a manifest's workload is in the chosen suites and matches -k."""
+    if manifest.get("suite") not in suites:
+        return False
+    if not pattern:
+        return True
+    workload = manifest["workload"]
+    return fnmatch.fnmatchcase(workload, pattern) if any(c in pattern for c in "*?[") else pattern in workload
+
+
+def latest(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest manifest per (producer build, workload, format): what that build saves today."""
+    newest: dict[tuple, dict[str, Any]] = {}
+    for manifest in sorted(manifests, key=lambda m: (m.get("recorded_at", ""), m["key"])):
+        ident = tuple(records.identity(manifest["producer"]).values())
+        newest[(ident, manifest["workload"], manifest["format"])] = manifest
+    return sorted(newest.values(), key=_order)
+
+
+def _order(manifest: dict[str, Any]) -> tuple:
+    try:
+        version: Any = (0, Version(manifest["producer"].get("version") or "0"))
+    except InvalidVersion:
+        version = (1, manifest["producer"].get("version"))
+    return manifest["workload"], manifest["format"], version, manifest["producer"].get("label", "")
+
+
+def describe_store(manifests: list[dict[str, Any]]) -> str:
+    """What the store holds, in one line, for the message when nothing matches."""
+    builds: dict[str, set[str]] = {}
+    for manifest in manifests:
+        builds.setdefault(manifest["producer"].get("label") or "?", set()).add(manifest["workload"])
+    return "; ".join(f"{label} ({len(w)} workload(s))" for label, w in sorted(builds.items())) or "nothing"
+
+
+# -- checking -------------------------------------------------------------------------------------
+
+
+def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
+          from_spec: str | None = None, direction: str = "backward", progress: Any = None,
+          store: Any = None) -> CompatOutcome:
+    """Load every selected stored model into the consumer build(s), infer, compare, and keep the outcome.
+
+    `backward`: models saved by older builds (or those `from_spec` picks) load in the target. `forward`: models
+    saved by the target load in those builds. `both`: the two. Finding nothing to check is a UserError (exit 2),
+    never a pass.
+    """
+    from modelci import workflow  # workflow calls record_saved_models: imported here, not at the top
+    from modelci.report.console import Progress
+
+    if direction not in DIRECTIONS:
+        raise UserError(f"--direction {direction!r}: choose one of {', '.join(DIRECTIONS)}")
+    progress = progress or Progress()
+    suites = workflow.resolve_suites(suite_specs, config.root)
+    target = targets.resolve(target_spec, cache_dir=config.cache_dir)
+    if target.kind == "current":
+        raise UserError("compat needs a target with a version (numpy==2.0.0, a wheel or a git commit), not "
+                        "'current': saved models are ordered by the version that saved them")
+    store = store or Store.from_config(config)
+    manifests, problems = records.read_manifests(store.artifacts)
+    progress.note(f"target {target.spec}: preparing the environment")
+    env = workflow.environment_for(config, target, log=progress.note)
+    consumer = target_dict(target)
+    spec = version_filter(from_spec, target.version or "0")
+    ours = [m for m in manifests if m["producer"].get("name") == target.name and _selected(m, suites, pattern)]
+    plan: list[tuple[dict[str, Any], Any, list[dict[str, Any]], str]] = []
+    if direction in ("backward", "both"):
+        chosen = latest([m for m in ours if _in(spec, m["producer"].get("version", ""))])
+        if chosen:
+            plan.append((consumer, env, chosen, "backward"))
+    own: list[dict[str, Any]] = []
+    if direction in ("forward", "both"):
+        own = latest([m for m in ours if _same_build(m["producer"], consumer)])
+        others = {m["producer"]["label"]: m["producer"] for m in latest(ours)
+                  if _in(spec, m["producer"].get("version", "")) and not _same_build(m["producer"], consumer)}
+        plan += [(producer, None, own, "forward") for _, producer in sorted(others.items())] if own else []
+    if not plan and not problems:
+        raise UserError(_nothing_message(store, target, manifests, direction, spec, suites, pattern, bool(own)))
+    return check_stored(config, store, target, plan, problems, suites, direction, progress)
+
+
+def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str, Any], Any, list[dict], str]],
+                 problems: list[dict[str, str]], suites: dict[str, Path], direction: str,
+                 progress: Any) -> CompatOutcome:
+    """Verify, load and judge the planned models, and keep the outcome as history.
+
+    `plan` holds (consumer, its environment or None to build it, its manifests, direction); `problems` are the
+    manifests that could not be read, each an `unreadable` entry.
+    """
+    from modelci import workflow
+
+    consumer = target_dict(target)
+    scratch = Path(tempfile.mkdtemp(prefix="compat-", dir=workflow._scratch_root(config)))
+    try:
+        entries = [CompatEntry(workload="(unreadable manifest)", format="", producer={"label": "?"},
+                               consumer=consumer, direction=direction, outcome="unreadable", error=p["error"])
+                   for p in problems]
+        fetched = fetch(store, [m for _, _, chosen, _ in plan for m in chosen], scratch / "models")
+        for number, (who, who_env, chosen, way) in enumerate(plan):
+            progress.note(f"{way}: {len(chosen)} saved model(s) into {who['label']}")
+            entries += check_in(config, who, who_env, chosen, fetched, suites, scratch / f"in-{number}", way, progress)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    outcome = CompatOutcome(target=target, direction=direction, entries=entries, check_id=uuid.uuid4().hex,
+                            artifacts=store.artifacts.root)
+    records.ensure_tables(store.engine)
+    with store.sessions.begin() as session:
+        records.add_compat_results(session, outcome.check_id, config.runner, entries)
+    return outcome
+
+
+def _nothing_message(store: Any, target: Any, manifests: list[dict[str, Any]], direction: str, spec: SpecifierSet,
+                     suites: dict[str, Path], pattern: str | None, has_own: bool) -> str:
+    """Why nothing was selected, what the store holds, and what to do."""
+    if direction == "forward" and has_own:
+        what = f"builds of {target.name} (versions {spec}) to load the models of {target.label} in"
+    elif direction == "forward":
+        what = f"models saved by {target.label}"
+    else:
+        what = f"models saved by {target.name} versions {spec}"
+    selection = f"suites {', '.join(suites)}" + (f", -k {pattern!r}" if pattern else "")
+    return (f"compat found no stored {what} for {selection} in the artifact store {store.artifacts.root} (it holds: "
+            f"{describe_store(manifests)}). Nothing was checked, so this is not a pass: run `modelci run --target "
+            "<version> --suite ...` to record saved models (workloads need `formats`), or widen --from")
+
+
+def fetch(store: Any, manifests: list[dict[str, Any]], folder: Path) -> dict[str, dict[str, Any]]:
+    """Read and verify each saved model and its stored arrays; key -> {path, outputs, inputs} or {error}.
+
+    The sha256 is checked here, in the parent, before any byte reaches a deserialiser; a blob that is missing
+    or does not match is refused and becomes an `unreadable` entry (issue 6, "Safety").
+    """
+    local_store = isinstance(store.artifacts.fs, LocalFileSystem)
+    fetched: dict[str, dict[str, Any]] = {}
+    for manifest in manifests:
+        key = manifest["key"]
+        if key in fetched:
+            continue
+        try:
+            data = store.artifacts.get(manifest["sha256"])
+            if manifest["layout"] == "file" and local_store:
+                # verified just now, on the user's own disk: the child reads the blob in place, saving a copy
+                path = Path(store.artifacts.path(manifest["sha256"]))
+            else:
+                path = records.unpack(data, manifest["layout"], folder / key[:16], manifest["format"])
+            outputs = {n: store.artifacts.get_array(e["sha256"]) for n, e in manifest["outputs"].items()}
+            arrays = (manifest.get("inputs") or {}).get("arrays") or {}
+            inputs = {n: store.artifacts.get_array(e["sha256"]) for n, e in arrays.items()}
+            fetched[key] = {"path": path, "outputs": outputs, "inputs": inputs}
+        except CorruptArtifact as exc:
+            fetched[key] = {"error": f"{exc} (from {manifest['producer'].get('label')})"}
+        except (tarfile.TarError, ValueError) as exc:
+            fetched[key] = {"error": f"saved model {manifest['sha256'][:12]} cannot be unpacked: {exc}"}
+        except OSError as exc:  # PermissionError from a bucket made private, a network error, a full disk
+            fetched[key] = {"error": f"saved model {manifest['sha256'][:12]} of {manifest['producer'].get('label')} "
+                                     f"cannot be read from {store.artifacts.root}: {type(exc).__name__}: {exc}"}
+    return fetched
+
+
+def check_in(config: Any, consumer: dict[str, Any], env: Any, manifests: list[dict[str, Any]],
+             fetched: dict[str, dict[str, Any]], suites: dict[str, Path], folder: Path, direction: str,
+             progress: Any) -> list[CompatEntry]:
+    """Check stored models in one consumer build (its environment is built here when `env` is None).
+
+    There is no separate discovery: the child finds each workload in the file the manifest names (or, when
+    the class moved, anywhere in its suite) and reports `missing` when it is gone, or the import error.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        env = _consumer_env(config, consumer, env, manifests, progress)
+    except UserError as exc:  # HarnessError too: a consumer that cannot be set up is a finding for each model
+        return [_entry(m, consumer, direction, "load_failed",
+                       f"the environment of {consumer['label']} could not be prepared: {exc}") for m in manifests]
+    entries: dict[int, CompatEntry] = {}
+    jobs = []
+    for index, manifest in enumerate(manifests):
+        got = fetched[manifest["key"]]
+        if "error" in got:
+            entries[index] = _entry(manifest, consumer, direction, "unreadable", got["error"])
+            continue
+        suite = suites.get(manifest["suite"])
+        file = suite / manifest["file"] if suite and manifest.get("file") else None
+        jobs.append({"index": index, "workload": manifest["workload"], "file": str(file) if file else None,
+                     "format": manifest["format"], "path": str(got["path"]), "seed": int(manifest.get("seed") or 0),
+                     "inputs": bool(got["inputs"])})
+
+    def started(job: dict[str, Any]) -> None:
+        manifest = manifests[job["index"]]
+        # polled, so a fast model may pass unseen: the count shows how far the child got
+        progress.note(f"  [{job['index'] + 1}/{len(manifests)}] {manifest['workload']} {manifest['format']} saved by "
+                      f"{manifest['producer'].get('label')}")
+
+    done = run_jobs(env.python, suites, jobs, folder, timeout=config.timeout,
+                    threads=int(config.values.get("threads") or 0), on_job=started) if jobs else {}
+    for job in jobs:
+        manifest = manifests[job["index"]]
+        entries[job["index"]] = judge(config, manifest, consumer, direction, done[job["index"]],
+                                      fetched[manifest["key"]])
+    return [entries[i] for i in range(len(manifests))]
+
+
+def _consumer_env(config: Any, consumer: dict[str, Any], env: Any, manifests: list[dict[str, Any]],
+                  progress: Any) -> Any:
+    """The consumer's environment, with what the workloads needed besides the framework when they were
+    recorded (as `run` adds them); a workload that needs more now fails to import, and says so."""
+    from modelci import workflow
+
+    target = targets.resolve(consumer["spec"], cache_dir=config.cache_dir)
+    if env is None:
+        env = workflow.environment_for(config, target, log=progress.note)
+    needs = [SimpleNamespace(requires=m.get("requires") or [], framework=m.get("framework") or "") for m in manifests]
+    extra = workflow.missing_requirements(env, needs)
+    if extra and consumer.get("kind") != "current":
+        progress.note(f"the workloads also need {', '.join(extra)}")
+        env = workflow.environment_for(config, target, extra, log=progress.note)
+    return env
+
+
+def _entry(manifest: dict[str, Any], consumer: dict[str, Any], direction: str, outcome: str, error: str = "",
+           unsafe: bool = False, **more: Any) -> CompatEntry:
+    """An entry for one stored model in one consumer; unsafe when the producer or the consumer says so."""
+    return CompatEntry(workload=manifest["workload"], format=manifest["format"], producer=manifest["producer"],
+                       consumer=consumer, direction=direction, outcome=outcome, error=error,
+                       unsafe=bool(manifest.get("unsafe") or unsafe), key=manifest["key"],
+                       sha256=manifest["sha256"], size=int(manifest.get("size") or 0), **more)
+
+
+def judge(config: Any, manifest: dict[str, Any], consumer: dict[str, Any], direction: str, record: dict[str, Any],
+          stored: dict[str, Any]) -> CompatEntry:
+    """Turn one child record into an entry: outputs compared with the producer's by the precision check."""
+    status, unsafe = record["status"], bool(record.get("unsafe"))
+    if status != "ok":
+        return _entry(manifest, consumer, direction, status, record.get("reason", ""),
+                      traceback=record.get("traceback", ""), unsafe=unsafe)
+    folder, policy = Path(record["_folder"]), config.policy_for(manifest["workload"])
+
+    def arrays(written: dict[str, Any]) -> dict[str, Any]:
+        return {name: np.load(folder / e["file"], allow_pickle=False) for name, e in written.items()}
+
+    findings = check_outputs(arrays(record["outputs"]), stored["outputs"], policy)
+    numbers: dict[str, Any] = {f.metric: f.numbers for f in findings}
+    bad = [f for f in findings if f.verdict == "regression" and f.gating]
+    error = "; ".join(f.message for f in bad)
+    if record.get("inputs") and stored["inputs"]:
+        again = check_outputs(arrays(record["inputs"]), stored["inputs"], policy)
+        same = not any(f.verdict == "regression" for f in again)
+        numbers["inputs"] = {"match": same, "messages": [f.message for f in again if f.verdict != "ok"]}
+        if bad and not same:
+            error += (" (the inputs made again from the seed differ from the producer's too: the data changed, "
+                      "maybe not only the model)")
+    return _entry(manifest, consumer, direction, "outputs_differ" if bad else "ok", error, numbers=numbers,
+                  times=record.get("times", {}), unsafe=unsafe)
+
+
+def findings(outcome: CompatOutcome) -> list[Finding]:
+    """The entries as check findings (check "compat"), for alarms and notifications like any other regression."""
+    out = []
+    for e in outcome.entries:
+        metric = f"compat:{e.format}:{e.producer.get('label', '?')}->{e.consumer.get('label', '?')}"
+        verdict = "regression" if e.gating else "ok"
+        message = f"{e.workload} {e.format} saved by {e.producer.get('label')} in {e.consumer.get('label')}: {e.outcome}"
+        out.append(Finding("compat", metric, verdict, {"outcome": e.outcome, **({"error": e.error} if e.error else {})},
+                           message + (f" - {e.error}" if e.error else ""), gating=e.gating))
+    return out

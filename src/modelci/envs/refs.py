@@ -1,0 +1,114 @@
+"""What `modelci env lock|diff|export` accept as an environment: a run, an environment id, or a file.
+
+- a run id, or `latest`: the environment that run used (from the history);
+- an environment id, or a unique prefix of 6+ characters: from the history, else from the cache;
+- a lock file, an export bundle folder, or an environment folder in the cache.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelci.envs import lockfile
+from modelci.envs.build import FINGERPRINT_FILE, LOCK_FILE, SPEC_FILE
+from modelci.errors import UserError
+
+#: the file names inside an export bundle (`export.py`)
+BUNDLE_LOCK, BUNDLE_FINGERPRINT = "lock.txt", "fingerprint.json"
+
+
+@dataclass
+class EnvRecord:
+    """An environment as recorded: its id, pins, fingerprint, and the run it came from when there is one."""
+
+    label: str
+    id: str
+    lock: str
+    fingerprint: dict
+    run: dict[str, Any] | None = None
+
+    def to_lock(self) -> lockfile.Lock:
+        """Its lock file contents."""
+        return lockfile.Lock.of(self.lock, self.fingerprint, environment=self.id, source=self.label)
+
+
+def resolve(ref: str, store: Any, cache_dir: str | Path) -> EnvRecord:
+    """Find the environment `ref` names (see the module docstring); an unknown one is a UserError."""
+    path = Path(ref)
+    if path.exists():
+        return _from_path(path)
+    if ref == "latest" or ref.isdigit():
+        return from_run(store, ref)
+    row = store.environment(ref)
+    if row is not None:
+        return EnvRecord(f"environment {row.id}", row.id, row.lock, dict(row.fingerprint or {}))
+    for folder in sorted((Path(cache_dir) / "envs").glob("*/")):
+        record = _from_cache_folder(folder)
+        if record is not None and len(ref) >= 6 and record.id.startswith(ref):
+            return record
+    raise UserError(f"{ref!r} is not a run id, an environment id, a lock file or a folder; "
+                    "`modelci history` lists runs, and `modelci show RUN` shows a run's environment")
+
+
+def from_run(store: Any, run_id: str | int) -> EnvRecord:
+    """The environment of a stored run (`latest` for the newest), with the run's target, suites and runner."""
+    stored = store.run(run_id)
+    row = stored.row
+    env = row.environment
+    run = {"id": row.id, "runner": row.runner, "status": row.status, "suites": list(row.suites or []),
+           "selection": row.selection, "target_spec": row.target.spec, "target_kind": row.target.kind,
+           "target_name": row.target.name, "target_version": row.target.version,
+           "results": stored.results}
+    label = f"run {row.id} (runner {row.runner}, target {row.target.spec})"
+    return EnvRecord(label, env.id, env.lock, dict(env.fingerprint or {}), run=run)
+
+
+def _from_path(path: Path) -> EnvRecord:
+    if path.is_file():
+        lock = lockfile.read(path)
+        return EnvRecord(f"lock {path}", lock.environment or lock.id(), lock.body(), _lock_facts(lock))
+    if (path / BUNDLE_LOCK).is_file():
+        lock = lockfile.read(path / BUNDLE_LOCK)
+        fingerprint = _read_fingerprint(path / BUNDLE_FINGERPRINT) if (path / BUNDLE_FINGERPRINT).is_file() \
+            else _lock_facts(lock)
+        return EnvRecord(f"bundle {path}", lock.environment or lock.id(), lock.body(), fingerprint)
+    record = _from_cache_folder(path)
+    if record is None:
+        raise UserError(f"{path} is a folder but neither an export bundle (lock.txt) nor a complete environment "
+                        f"({SPEC_FILE}); pass a run id, an environment id or a lock file")
+    return record
+
+
+def _from_cache_folder(folder: Path) -> EnvRecord | None:
+    if not (folder / SPEC_FILE).is_file():
+        return None
+    try:
+        lock = (folder / LOCK_FILE).read_text()
+        fingerprint = json.loads((folder / FINGERPRINT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    env_id = lockfile.id_of(lock, fingerprint)
+    return EnvRecord(f"environment {env_id} ({folder})", env_id, lock, fingerprint)
+
+
+def _read_fingerprint(path: Path) -> dict:
+    from modelci.envs.fingerprint import SCHEMA
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read fingerprint {path}: {exc}") from None
+    if data.get("schema") != SCHEMA:
+        raise UserError(f"{path} has fingerprint schema {data.get('schema')}; this modelci reads schema {SCHEMA}. "
+                        "Use the modelci that wrote it")
+    return data
+
+
+def _lock_facts(lock: lockfile.Lock) -> dict:
+    """What a lock file alone says of the fingerprint: interpreter, platform and the files of each package."""
+    return {"implementation": lock.implementation, "python": lock.python, "platform_tag": lock.platform,
+            "distributions": {n: [v, lock.digests.get(n, "")] for n, v in lock.pins.items()},
+            "build": {"requested": lock.requested, "target": lock.target, "wheels": lock.wheels}}

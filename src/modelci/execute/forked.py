@@ -1,0 +1,342 @@
+"""The fork executor: one warm worker per environment imports the suites' frameworks once, then forks a
+fresh child per workload (issue 9: `import torch` took 4 s per workload, users should pay for their models).
+
+The worker (modelci.workload.worker) runs inside the environment. Each child is a fork of it that runs the
+same entry point as a spawned child (`modelci.workload.child run ...`) and writes the same files, so the
+results are those of `execute.local`: crash isolation (a signal is `crashed`), timeouts (this process
+kills the child's process group), the stderr tail and peak RSS per workload (see worker.py on memory).
+
+It falls back to a fresh process per workload, with the reason in `Result.info["isolation_reason"]`, where
+forking is unsafe: `isolation = "spawn"`, a platform other than Linux, a worker that initialised a GPU
+runtime or started threads while importing, a workload with `devices > 1` (its ranks are processes of
+their own), or a worker that keeps dying.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelci.errors import HarnessError, UserError
+from modelci.execute import local
+from modelci.execute.local import WorkloadInfo
+from modelci.records import Result
+
+#: the `isolation` option's values
+ISOLATIONS = ("fork", "spawn")
+#: the entry module of a workload child
+CHILD = "modelci.workload.child"
+#: a worker that dies this many times in one run is not started again; the rest of the run spawns
+MAX_WORKER_DEATHS = 3
+#: seconds a worker may take to reap a child that was just killed, or to exit once told to
+GRACE_S = 30.0
+
+
+class WorkerDied(Exception):
+    """The worker process ended (or never became ready); the message ends with its log's tail."""
+
+
+def fork_unavailable() -> str:
+    """Why this platform does not fork workers, or "" when it does."""
+    if not hasattr(os, "fork"):
+        return "this platform has no fork()"
+    if not sys.platform.startswith("linux"):
+        # macOS: system frameworks (Accelerate, the Objective-C runtime) are not fork-safe; Python's own
+        # multiprocessing stopped forking there for the same reason
+        return f"fork isolation is used on Linux only, not on {sys.platform}"
+    return ""
+
+
+class Worker:
+    """One worker process inside an environment, and the JSON-lines pipes to it."""
+
+    def __init__(self, python: Path, env: dict[str, str], log: Path, suites: list[Path], preload: list[str],
+                 timeout: float):
+        cmd = [str(python), "-m", "modelci.workload.worker"]
+        cmd += [arg for module in preload for arg in ("--preload", module)]
+        cmd += [arg for folder in suites for arg in ("--suite", str(folder))]
+        self.log = log
+        with open(log, "wb") as err:
+            # its own session: a Ctrl-C at the terminal reaches only us, and we stop the worker
+            self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         start_new_session=True)
+        self._buffer = b""
+        try:
+            ready = self.receive(time.monotonic() + timeout)
+        except BaseException:
+            self.kill()
+            raise
+        if ready is None or ready.get("event") != "ready":
+            self.kill()
+            raise WorkerDied(f"no ready message within {timeout:g} s" + self._log_tail())
+        self.ready: dict[str, Any] = ready
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        return self.proc.pid
+
+    def send(self, **message: Any) -> None:
+        """Send one job."""
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerDied(f"the worker's pipe is closed ({exc})" + self._log_tail()) from None
+
+    def receive(self, deadline: float) -> dict[str, Any] | None:
+        """The next message, or None when `deadline` (time.monotonic) passes first; EOF raises WorkerDied."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                code = self.proc.wait()
+                raise WorkerDied(f"the worker exited with {describe_code(code)}" + self._log_tail())
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def close(self) -> None:
+        """Let the worker end (EOF on its stdin); kill it if it does not within the grace period."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.proc.stdout.close()
+
+    def kill(self) -> None:
+        """Kill the worker's process group at once."""
+        kill_group(self.proc.pid)
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+    def _log_tail(self) -> str:
+        text = local.tail(self.log, 1500)
+        return f"; its log ends with:\n{text}" if text else ""
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by `pid`, or `pid` alone before it has made its group."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def describe_code(code: int) -> str:
+    """An exit code (negative: a signal) in words."""
+    if code < 0:
+        return f"signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+    return f"code {code}"
+
+
+@dataclass
+class ForkOutcome:
+    """How one forked child ended: exit code (None: timed out or its worker died), seconds, worker facts."""
+
+    code: int | None
+    seconds: float
+    died: str = ""
+    worker_rss: int = 0
+
+
+class Executor:
+    """Runs the workloads of one environment, forked from a warm worker or (fallback) in fresh processes.
+
+    The worker starts on first use and `close()` stops it; use the executor as a context manager.
+    """
+
+    def __init__(self, python: Path, scratch: Path, *, seed: int = 0, threads: int = 0, isolation: str = "fork",
+                 start_timeout: float = 600.0):
+        if isolation not in ISOLATIONS:
+            raise UserError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
+        self.python = Path(python)
+        self.scratch = Path(scratch)
+        self.seed, self.threads, self.start_timeout = seed, threads, start_timeout
+        #: why this executor spawns instead of forking; "" while it forks
+        self.reason = fork_unavailable() if isolation == "fork" else 'isolation = "spawn" in the configuration'
+        self.worker: Worker | None = None
+        self.deaths = 0
+        #: the process id of the last forked child (it is its own process group)
+        self.child_pid: int | None = None
+        self.suite_folders: list[Path] = []
+        #: seconds spent starting workers (process start plus the frameworks' import)
+        self.timings: dict[str, float] = {"worker_start": 0.0}
+
+    @property
+    def isolation(self) -> str:
+        """The isolation in force: `fork` while workloads are forked from the worker, else `spawn`."""
+        return "spawn" if self.reason else "fork"
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker, if one runs."""
+        if self.worker is not None:
+            worker, self.worker = self.worker, None
+            worker.close()
+
+    # -- the steps the workflow calls ------------------------------------------------------------------
+
+    def discover(self, suites: dict[str, Path], timeout: float = 300) -> dict[str, Any]:
+        """Discovery inside the environment, as `local.discover`, but in a child of the worker when it forks.
+
+        The worker is started with the modules the suite files import, so that discovery and every workload
+        after it share one import of the framework.
+        """
+        self.suite_folders = list(suites.values())
+        out = self.scratch / "discovery.json"
+        log_dir = self.scratch / "discovery"
+        argv = ["list", "--out", str(out)]
+        argv += [arg for name, folder in suites.items() for arg in ("--suite", f"{name}={folder}")]
+        ended = self._fork(CHILD, argv, log_dir, timeout)
+        if ended is None:
+            return local.discover(self.python, suites, self.scratch, timeout)
+        if ended.code != 0 or not out.exists():
+            raise HarnessError(
+                f"workload discovery failed inside the environment ({self.python}); its stderr ends with:\n"
+                + (local.tail(log_dir / "stderr.txt", 1500) or ended.died or "(nothing)")
+            )
+        return json.loads(out.read_text())
+
+    def run_workload(self, suites: dict[str, Path], workload: WorkloadInfo, *, timeout: float = 1800,
+                     repeats: int | None = None, save: bool = True) -> Result:
+        """Execute one workload, forked when that is safe, and turn whatever happened into a Result."""
+        if not self.suite_folders:
+            self.suite_folders = list(suites.values())
+        out = Path(tempfile.mkdtemp(prefix=workload.name[:40] + "-", dir=self.scratch))
+        argv = local.run_args(suites, workload, out, seed=self.seed, repeats=repeats, save=save)
+        reason = self.reason or (f"devices = {workload.devices}: its ranks run as processes of their own"
+                                 if workload.devices > 1 else "")
+        ended = None if reason else self._fork(CHILD, argv, out, timeout, workload.framework)
+        if ended is None:
+            reason = reason or self.reason
+            cmd = [str(self.python), "-m", "modelci.workload.child", *argv]
+            code, seconds = local.spawn(cmd, self._env(), out, timeout)
+            result = local.child_outcome(workload, out, code, seconds, timeout)
+            result.info.update(isolation="spawn", isolation_reason=reason)
+            return result
+        if ended.died:
+            result = local.child_outcome(workload, out, None, ended.seconds, timeout)
+            result.status = "crashed"
+            result.reason = f"the worker process died while the workload ran: {ended.died}"
+        else:
+            result = local.child_outcome(workload, out, ended.code, ended.seconds, timeout)
+        result.info.update(isolation="fork", worker_rss=ended.worker_rss)
+        return result
+
+    def run_module(self, module: str, argv: list[str], log_dir: Path, timeout: float,
+                   framework: str = "") -> tuple[int | None, float]:
+        """Run another in-environment entry point (`python -m module argv...`, e.g. compat_child) the same way.
+
+        Returns (exit code, or None on timeout or a dead worker; seconds), as `local.spawn` does; logs go to
+        `log_dir`. `framework` names the helper whose prologue the worker runs first.
+        """
+        ended = self._fork(module, argv, log_dir, timeout, framework)
+        if ended is None:
+            return local.spawn([str(self.python), "-m", module, *argv], self._env(), log_dir, timeout)
+        return ended.code, ended.seconds
+
+    # -- the worker ------------------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        return local.child_env(local.shim_dir(self.scratch), self.seed, self.threads)
+
+    def _worker(self) -> Worker | None:
+        """The running worker, started now if needed; None (with `reason` set) when none can run."""
+        if self.worker is not None or self.reason:
+            return self.worker
+        start = time.monotonic()
+        log = self.scratch / f"worker-{self.deaths}.log"
+        try:
+            worker = Worker(self.python, self._env(), log, self.suite_folders, ["modelci.workload.child"],
+                            self.start_timeout)
+        except WorkerDied as exc:
+            self.reason = f"the worker did not start: {exc}"
+            return None
+        finally:
+            self.timings["worker_start"] += time.monotonic() - start
+        if worker.ready.get("unsafe"):
+            self.reason = worker.ready["unsafe"]
+            worker.close()
+            return None
+        self.worker = worker
+        return worker
+
+    def _fork(self, module: str, argv: list[str], log_dir: Path, timeout: float,
+              framework: str = "") -> ForkOutcome | None:
+        """Run `module.main(argv)` in a fork of the worker; None when it must be spawned instead."""
+        worker = self._worker()
+        if worker is None:
+            return None
+        start = time.monotonic()
+        deadline = start + timeout
+        pid = None
+        try:
+            worker.send(module=module, argv=argv, log_dir=str(log_dir), cwd=os.getcwd(), framework=framework,
+                        seed=self.seed)
+            message = worker.receive(deadline)  # "started" comes at once, after the framework's warm-up
+            if message is None:  # a warm-up that hangs: only the worker can be killed
+                self._discard_worker()
+                return ForkOutcome(None, time.monotonic() - start)
+            if message["event"] == "refused":
+                self.reason = message["reason"]
+                self.close()
+                return None
+            pid = self.child_pid = message["pid"]
+            message = worker.receive(deadline)
+            if message is None:
+                kill_group(pid)
+                if worker.receive(time.monotonic() + GRACE_S) is None:
+                    self._discard_worker()
+                return ForkOutcome(None, time.monotonic() - start)
+            code = os.waitstatus_to_exitcode(message["status"])
+            return ForkOutcome(code, time.monotonic() - start, worker_rss=int(message.get("rss", 0)))
+        except WorkerDied as exc:
+            if pid is not None:
+                kill_group(pid)  # its parent is gone; nothing else would stop it
+            self._discard_worker()
+            self.deaths += 1
+            if self.deaths >= MAX_WORKER_DEATHS:
+                self.reason = f"the worker died {self.deaths} times in this run"
+            return ForkOutcome(None, time.monotonic() - start, died=str(exc))
+        except BaseException:
+            if pid is not None:
+                kill_group(pid)  # Ctrl-C: what finished is kept, the running child is stopped
+            self._discard_worker()  # its next message would answer this job, not the next one
+            raise
+
+    def _discard_worker(self) -> None:
+        if self.worker is not None:
+            worker, self.worker = self.worker, None
+            worker.kill()

@@ -1,0 +1,242 @@
+"""Git repositories behind git-commit targets: a mirror per repository, a worktree per commit, history queries.
+
+The user's repository is never written to: it is cloned once as a bare mirror under `<cache_dir>/git/`, and each
+commit is checked out with `git worktree add --detach` into `<cache_dir>/worktrees/<sha>`. Worktrees rather than
+`git archive`: a build that asks git for its version (setuptools-scm, versioneer, torch's setup.py) still finds a
+`.git`, and the objects stay shared with the mirror instead of being copied per commit. A worktree is valid only
+once `<sha>.ok` sits beside it (STYLE.md: "Mark a cache valid only once it is complete").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from modelci.errors import HarnessError, UserError
+
+GIT_TIMEOUT = 900
+_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+_PR_PATTERNS = (re.compile(r"^Merge pull request #(\d+)"), re.compile(r"\(#(\d+)\)\s*$"), re.compile(r"\(#(\d+)\)"))
+
+
+@dataclass
+class Commit:
+    """One commit: sha, committer date (ISO 8601), subject, author, full message and parents."""
+
+    sha: str
+    date: str
+    subject: str
+    author: str
+    message: str = ""
+    parents: list[str] = field(default_factory=list)
+
+    @property
+    def pr(self) -> int | None:
+        """The pull request the message names (`Merge pull request #N`, a squash-merge `(#N)`), if any."""
+        for pattern in _PR_PATTERNS:
+            match = pattern.search(self.subject)
+            if match:
+                return int(match.group(1))
+        return None
+
+    def to_json(self) -> dict:
+        """A plain dict for reports."""
+        return {"sha": self.sha, "date": self.date, "subject": self.subject, "author": self.author,
+                "pr": self.pr, "parents": list(self.parents)}
+
+
+def git(args: list[str], cwd: Path | str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run git with a fixed locale and no prompts; a failure raises HarnessError unless `check` is False."""
+    env = dict(os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="echo")
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT)
+    except FileNotFoundError:
+        raise HarnessError("git was not found on PATH; git-commit targets and bisect need it") from None
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"git {' '.join(args[:2])} took more than {GIT_TIMEOUT} s") from None
+    if check and proc.returncode != 0:
+        raise HarnessError(f"git {' '.join(args)} failed: {proc.stderr.strip()[-1500:]}")
+    return proc
+
+
+def normalize_url(url: str) -> tuple[str, Path | None]:
+    """A repository location as (canonical text, local path or None): local paths and file:// URLs become
+    absolute paths, so `./repo`, `/abs/repo` and `file:///abs/repo` share one mirror."""
+    if url.startswith("file://"):
+        path = Path(unquote(urlsplit(url).path))
+        return str(path.resolve()), path.resolve()
+    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):  # https://, ssh://, git@host:path
+        return url, None
+    path = Path(url).expanduser().resolve()
+    return str(path), path
+
+
+class GitRepo:
+    """A repository reached through a cached bare mirror; local paths are read directly for ref names."""
+
+    def __init__(self, url: str, cache_dir: Path | str):
+        self.url, self.local = normalize_url(url)
+        self.cache_dir = Path(cache_dir).expanduser().absolute()
+        slug = re.sub(r"[^\w.-]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))[:40] or "repo"
+        self.mirror = self.cache_dir / "git" / f"{slug}-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}.git"
+        self._synced = False
+
+    # -- the mirror ---------------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Clone the mirror if it is missing, else fetch every ref; an unreachable URL is a UserError."""
+        if self._synced:
+            return
+        self._check_local()
+        with self._lock():
+            if not (self.mirror / "HEAD").exists():
+                shutil.rmtree(self.mirror, ignore_errors=True)
+                self.mirror.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.mirror.with_name(self.mirror.name + f".tmp{os.getpid()}")
+                shutil.rmtree(tmp, ignore_errors=True)
+                proc = git(["clone", "--mirror", "--quiet", self.url, str(tmp)], check=False)
+                if proc.returncode != 0:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise UserError(f"repository {self.url} cannot be reached: {_git_reason(proc.stderr)}; "
+                                    "check the URL or path and your access to it")
+                os.replace(tmp, self.mirror)  # a half-cloned mirror never sits at the final path
+            else:
+                proc = git(["fetch", "--prune", "--quiet", "origin"], cwd=self.mirror, check=False)
+                if proc.returncode != 0:
+                    raise UserError(f"repository {self.url} cannot be reached: {_git_reason(proc.stderr)}; "
+                                    "check the URL or path and your access to it")
+        self._synced = True
+
+    def _check_local(self) -> None:
+        """A local repository must be a folder git recognises."""
+        if self.local is not None and (not self.local.is_dir() or git(
+                ["rev-parse", "--git-dir"], cwd=self.local, check=False).returncode != 0):
+            raise UserError(f"repository {self.url}: no git repository there; pass the folder of a git clone "
+                            "or a URL git can clone")
+
+    def has(self, sha: str) -> bool:
+        """Whether the mirror holds commit `sha`."""
+        return (self.mirror / "HEAD").exists() and git(
+            ["cat-file", "-e", f"{sha}^{{commit}}"], cwd=self.mirror, check=False).returncode == 0
+
+    def resolve(self, ref: str) -> str:
+        """The full sha of `ref` (branch, tag, sha, `HEAD~3`); a ref that does not exist is a UserError.
+
+        A local repository answers for its own names (its HEAD, its unpushed branches); a remote one through
+        the mirror after a fetch. A full sha already in the mirror needs no fetch at all.
+        """
+        ref = ref.strip() or "HEAD"
+        if _FULL_SHA.match(ref) and self.has(ref):
+            return ref
+        if self.local is not None:
+            self._check_local()
+            proc = git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=self.local, check=False)
+            if proc.returncode != 0:
+                raise UserError(self._no_ref(ref))
+            sha = proc.stdout.strip()
+            if not self.has(sha):
+                self.sync()
+                if not self.has(sha):  # a detached commit on no branch: fetch it by name
+                    with self._lock():
+                        git(["fetch", "--quiet", "origin", sha], cwd=self.mirror, check=False)
+            return sha
+        self.sync()
+        proc = git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=self.mirror, check=False)
+        if proc.returncode != 0:
+            raise UserError(self._no_ref(ref))
+        return proc.stdout.strip()
+
+    def _no_ref(self, ref: str) -> str:
+        return (f"ref {ref!r} does not exist in repository {self.url}; give a branch, tag or commit "
+                f"(`git -C {self.local or self.url} log --oneline` lists them)")
+
+    # -- reading history ----------------------------------------------------------------------------------
+
+    def commit(self, sha: str) -> Commit:
+        """The commit's metadata."""
+        return self.commits([sha])[0]
+
+    def commits(self, shas: list[str]) -> list[Commit]:
+        """Metadata of several commits in one git call, in the order given."""
+        if not shas:
+            return []
+        fmt = "%H%x1f%P%x1f%cI%x1f%an <%ae>%x1f%s%x1f%B%x1e"
+        proc = git(["log", "--no-walk=unsorted", f"--format={fmt}", *shas], cwd=self.mirror)
+        found = {}
+        for record in proc.stdout.split("\x1e"):
+            parts = record.strip("\n").split("\x1f")
+            if len(parts) == 6:
+                sha, parents, date, author, subject, message = parts
+                found[sha] = Commit(sha, date, subject, author, message.strip(), parents.split())
+        return [found[sha] for sha in shas]
+
+    def graph(self, good: list[str], bad: str, first_parent: bool = False) -> dict[str, list[str]]:
+        """The commits that may hold the first bad one: ancestors of `bad` that are not ancestors of any good
+        commit, oldest first, each with its parents inside that set (first parents only with `first_parent`)."""
+        args = ["rev-list", "--topo-order", "--reverse", "--parents"]
+        if first_parent:
+            args.append("--first-parent")
+        proc = git([*args, bad, "--not", *good], cwd=self.mirror)
+        graph: dict[str, list[str]] = {}
+        for line in proc.stdout.splitlines():
+            sha, *parents = line.split()
+            graph[sha] = parents[:1] if first_parent else parents
+        return {sha: [p for p in parents if p in graph] for sha, parents in graph.items()}
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        """Whether `older` is an ancestor of (or equal to) `newer`."""
+        return git(["merge-base", "--is-ancestor", older, newer], cwd=self.mirror, check=False).returncode == 0
+
+    def show(self, sha: str, path: str) -> str | None:
+        """The text of `path` at commit `sha`, or None when the commit has no such file."""
+        proc = git(["show", f"{sha}:{path}"], cwd=self.mirror, check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    # -- worktrees ----------------------------------------------------------------------------------------
+
+    def worktree(self, sha: str) -> Path:
+        """A checkout of `sha` in `<cache_dir>/worktrees/<sha>`, made once and reused; never half-made."""
+        root = self.cache_dir / "worktrees"
+        root.mkdir(parents=True, exist_ok=True)
+        path, marker = root / sha, root / f"{sha}.ok"
+        if marker.exists() and path.is_dir():
+            return path
+        with self._lock():
+            if marker.exists() and path.is_dir():
+                return path
+            if path.exists():  # left by a killed checkout: it may be partial
+                shutil.rmtree(path, ignore_errors=True)
+            git(["worktree", "prune"], cwd=self.mirror, check=False)
+            proc = git(["worktree", "add", "--detach", "--force", str(path), sha], cwd=self.mirror, check=False)
+            if proc.returncode != 0:
+                shutil.rmtree(path, ignore_errors=True)
+                raise HarnessError(f"could not check out {sha[:12]} of {self.url}: {_git_reason(proc.stderr)}")
+            marker.write_text(self.url + "\n")
+        return path
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        """One process at a time changes the mirror (fetch, worktree add): git's own locks would make a second
+        one fail rather than wait."""
+        self.mirror.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.mirror.with_name(self.mirror.name + ".lock"), "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _git_reason(stderr: str) -> str:
+    """git's own words, at most three lines, for a message."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return " / ".join(lines[-3:]) or "git failed without a message"

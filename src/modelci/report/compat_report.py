@@ -1,0 +1,152 @@
+"""The compat matrix: producer build × consumer build, per workload and format, in the console, Markdown and JSON.
+
+Every cell is one outcome (`ok`, `load_failed`, `outputs_differ`, `unsupported`, `missing`, `unreadable`);
+below the matrix each cell that is not ok is spelled out with its error, and formats that can execute code on
+load are named as such (issue 6, "Safety").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+#: bump on any change that breaks a reader; readers check it
+SCHEMA = "modelci.compat/1"
+OUTCOME_STYLE = {"ok": "green", "missing": "yellow", "unsupported": "red", "load_failed": "bold red",
+                 "outputs_differ": "bold red", "unreadable": "bold red"}
+UNSAFE_NOTE = "executes code on load"
+
+
+def matrix(entries: list[Any]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """workload -> format -> producer label -> consumer label -> entry, in the entries' order."""
+    table: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    for e in entries:
+        cells = table.setdefault(e.workload, {}).setdefault(e.format, {})
+        cells.setdefault(e.producer.get("label", "?"), {})[e.consumer.get("label", "?")] = e
+    return table
+
+
+def consumers(entries: list[Any]) -> list[str]:
+    """The consumer labels, in the order they first appear."""
+    return list(dict.fromkeys(e.consumer.get("label", "?") for e in entries))
+
+
+def summary(entries: list[Any]) -> dict[str, int]:
+    """Outcome -> count."""
+    return dict(Counter(e.outcome for e in entries))
+
+
+def unsafe_formats(entries: list[Any]) -> list[str]:
+    """The formats among the entries whose loading can execute code."""
+    return sorted({e.format for e in entries if e.unsafe})
+
+
+def _entry_json(e: Any) -> dict[str, Any]:
+    return {"workload": e.workload, "format": e.format, "producer": e.producer, "consumer": e.consumer,
+            "direction": e.direction, "outcome": e.outcome, "gating": e.gating, "error": e.error,
+            "executes_code_on_load": e.unsafe, "sha256": e.sha256, "size": e.size, "manifest": e.key,
+            "numbers": e.numbers, "times": e.times, "traceback": e.traceback}
+
+
+def to_json(outcome: Any) -> dict[str, Any]:
+    """The versioned JSON report of one compat check."""
+    cells = {w: {f: {p: {c: e.outcome for c, e in row.items()} for p, row in by_p.items()} for f, by_p in by_f.items()}
+             for w, by_f in matrix(outcome.entries).items()}
+    from modelci.compat import target_dict
+
+    return {"schema": SCHEMA, "kind": "compat", "regressed": outcome.regressed, "check_id": outcome.check_id,
+            "direction": outcome.direction, "target": target_dict(outcome.target), "artifacts": outcome.artifacts,
+            "summary": summary(outcome.entries), "executes_code_on_load": unsafe_formats(outcome.entries),
+            "matrix": cells, "entries": [_entry_json(e) for e in outcome.entries]}
+
+
+def write_json(path: str | Path, outcome: Any) -> None:
+    """Write the JSON report (NaN and infinities as strings, like the run report)."""
+    from modelci.report import json_report
+
+    json_report.write(path, to_json(outcome))
+
+
+def _headline(outcome: Any) -> str:
+    counts = summary(outcome.entries)
+    bad = sum(1 for e in outcome.entries if e.gating)
+    parts = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+    return (f"{outcome.direction} compatibility of {outcome.target.label}: {len(outcome.entries)} saved model(s) "
+            f"checked ({parts}); {bad} regression(s)")
+
+
+def _problems(outcome: Any) -> list[Any]:
+    return [e for e in outcome.entries if e.outcome != "ok"]
+
+
+def _where(e: Any) -> str:
+    return f"{e.workload} {e.format} saved by {e.producer.get('label', '?')}, loaded in {e.consumer.get('label', '?')}"
+
+
+def markdown(outcome: Any) -> str:
+    """The matrix as Markdown: one table per workload, then the problems and the unsafe formats."""
+    lines = [f"# Compatibility: {outcome.target.label}", "", _headline(outcome) + ".", "",
+             f"Artifact store: `{outcome.artifacts}`", ""]
+    names = consumers(outcome.entries)
+    for workload, by_format in matrix(outcome.entries).items():
+        lines += [f"## {workload}", "", "| format | saved by | " + " | ".join(names) + " |",
+                  "|---|---|" + "---|" * len(names)]
+        for fmt, by_producer in by_format.items():
+            unsafe = any(e.unsafe for row in by_producer.values() for e in row.values())
+            shown = f"{fmt} ({UNSAFE_NOTE})" if unsafe else fmt
+            for producer, row in by_producer.items():
+                cells = [(f"**{row[c].outcome}**" if row[c].gating else row[c].outcome) if c in row else "" for c in names]
+                lines.append(f"| {_md(shown)} | {_md(producer)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    problems = _problems(outcome)
+    if problems:
+        lines += ["## Problems", ""]
+        lines += [f"- {_md(_where(e))}: **{e.outcome}**" + (f": {_md(e.error)}" if e.error else "") for e in problems]
+        lines.append("")
+    unsafe = unsafe_formats(outcome.entries)
+    if unsafe:
+        lines += ["## Formats that execute code on load", "",
+                  "Loading these runs code stored in the file; load them only from a store you trust: "
+                  + ", ".join(f"`{f}`" for f in unsafe) + ".", ""]
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def write_markdown(path: str | Path, outcome: Any) -> None:
+    """Write the Markdown report."""
+    Path(path).write_text(markdown(outcome))
+
+
+def render(outcome: Any, out: Console) -> None:
+    """The matrix in the console: one table per workload, then every cell that is not ok, with its error."""
+    names = consumers(outcome.entries)
+    for workload, by_format in matrix(outcome.entries).items():
+        table = Table(title=escape(workload), title_justify="left", show_lines=False)
+        table.add_column("format")
+        table.add_column("saved by")
+        for name in names:
+            table.add_column(escape(name))
+        for fmt, by_producer in by_format.items():
+            unsafe = any(e.unsafe for row in by_producer.values() for e in row.values())
+            shown = escape(fmt) + (f" [yellow]({UNSAFE_NOTE})[/]" if unsafe else "")
+            for producer, row in by_producer.items():
+                cells = [f"[{OUTCOME_STYLE.get(row[c].outcome, '')}]{row[c].outcome}[/]" if c in row else ""
+                         for c in names]
+                table.add_row(shown, escape(producer), *cells)
+        out.print(table)
+    for e in _problems(outcome):
+        style = OUTCOME_STYLE.get(e.outcome, "")
+        out.print(f"[{style}]{e.outcome}[/] {escape(_where(e))}" + (f": {escape(e.error)}" if e.error else ""))
+    unsafe = unsafe_formats(outcome.entries)
+    if unsafe:
+        out.print(f"[yellow]formats that can execute code on load:[/] {escape(', '.join(unsafe))} - load them only "
+                  "from a store you trust")
+    out.print(("[bold red]" if outcome.regressed else "[green]") + escape(_headline(outcome)) + "[/]")

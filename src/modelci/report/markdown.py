@@ -1,0 +1,126 @@
+"""GitHub-flavoured Markdown summaries, for pull-request comments and `$GITHUB_STEP_SUMMARY` (`--markdown FILE`).
+
+One table row per workload, problems first; the numbers of every finding fold away under `<details>`, so that a
+comment stays short however large the suite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+STATUS_ICON = {"ok": "✅", "skipped": "⏭️", "failed": "❌", "crashed": "💥", "timeout": "⏱️", "error": "⚠️"}
+VERDICT_ICON = {"regression": "🔴", "improvement": "🟢", "new": "🆕", "ok": "✅"}
+
+
+def cell(text: Any) -> str:
+    """Text made safe for one table cell: no line breaks, pipes escaped, HTML-significant characters escaped."""
+    value = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return " ".join(value.split()).replace("|", "\\|")
+
+
+def _failed(comparison: Any) -> bool:
+    return comparison.result.status not in ("ok", "skipped") or any(
+        f.gating and f.verdict == "regression" for f in comparison.findings)
+
+
+def _problems(comparison: Any) -> str:
+    """The findings worth a glance: gating regressions, then report-only ones, then history change points."""
+    findings = comparison.findings
+    gating = [f for f in findings if f.verdict == "regression" and f.gating and f.check != "status"]
+    soft = [f for f in findings if f.verdict == "regression" and not f.gating]
+    parts = [f"🔴 **{cell(f.check)}** {cell(f.message)}" for f in gating]
+    parts += [f"🟠 {cell(f.check)} (report-only) {cell(f.message)}" for f in soft]
+    if comparison.result.status not in ("ok", "skipped") and comparison.result.reason:
+        parts.insert(0, cell(comparison.result.reason.strip().splitlines()[0][:300]))
+    if not parts:
+        counts: dict[str, int] = {}
+        for f in findings:
+            counts[f.verdict] = counts.get(f.verdict, 0) + 1
+        parts = [", ".join(f"{n} {v}" for v, n in sorted(counts.items()))] if counts else ["no findings"]
+    return "<br>".join(parts)
+
+
+def comparisons_table(comparisons: list[Any]) -> list[str]:
+    """The workload table, failures first, and every finding's numbers folded under <details>."""
+    lines = ["| workload | status | baseline | findings |", "|---|---|---|---|"]
+    ordered = sorted(comparisons, key=lambda c: (not _failed(c), c.result.workload))
+    for comparison in ordered:
+        result = comparison.result
+        baseline = f"result {comparison.baseline.id}" if comparison.baseline is not None else "none"
+        icon = STATUS_ICON.get(result.status, "")
+        lines.append(f"| `{cell(result.workload)}` | {icon} {result.status} | {baseline} | {_problems(comparison)} |")
+    details = []
+    for comparison in ordered:
+        rows = [f"| {VERDICT_ICON.get(f.verdict, '')} {f.verdict}{'' if f.gating else ' (report-only)'} | "
+                f"{cell(f.check)} | `{cell(f.metric)}` | {cell(f.message)} |" for f in comparison.findings]
+        if rows:
+            details += [f"**{cell(comparison.result.workload)}**", "", "| verdict | check | metric | message |",
+                        "|---|---|---|---|", *rows, ""]
+    if details:
+        lines += ["", "<details><summary>All findings</summary>", "", *details, "</details>"]
+    return lines
+
+
+def alarm_lines(events: list[Any]) -> list[str]:
+    """One bullet per alarm event (opened, reopened, recovered)."""
+    lines = []
+    for event in events:
+        alarm = event.alarm
+        word = "🚨 reopened" if event.reopened else ("🚨 opened" if event.event == "open" else "✅ recovered")
+        lines.append(f"- {word} alarm #{alarm.id} `{cell(alarm.workload)}` {cell(alarm.check)}:`{cell(alarm.metric)}`"
+                     f" ({cell(alarm.kind)}, first on {cell(alarm.target) or 'no target'}): {cell(alarm.message)}")
+    return lines
+
+
+def _alarm_section(outcome: Any, events: list[Any] | None) -> list[str]:
+    report = getattr(outcome, "alarms", None)
+    events = events if events is not None else (report.events if report is not None else [])
+    lines = ["", "### Alarms", "", *alarm_lines(events)] if events else []
+    if report is not None and report.failed_deliveries:
+        lines += ["", *[f"- ⚠️ notification not delivered: {cell(d.error)}" for d in report.failed_deliveries]]
+    return lines
+
+
+def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
+    """The summary of `modelci run`: verdict, target, runner, the workload table and the alarm events."""
+    bad = any(_failed(c) for c in outcome.comparisons)
+    verdict = "❌ regression or failure" if bad else "✅ no regression"
+    counts: dict[str, int] = {}
+    for comparison in outcome.comparisons:
+        counts[comparison.result.status] = counts.get(comparison.result.status, 0) + 1
+    lines = [
+        f"## modelci: {verdict} on `{cell(outcome.target.label)}`",
+        "",
+        f"Runner `{cell(outcome.runner)}` · run {outcome.run_id if outcome.run_id is not None else '(not stored)'} · "
+        f"environment `{str(outcome.environment.id)[:12]}` · {len(outcome.comparisons)} workloads: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+        "",
+        *comparisons_table(outcome.comparisons),
+        *_alarm_section(outcome, events),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def compare_summary(outcome: Any) -> str:
+    """The summary of `modelci compare A B`: B judged against A."""
+    verdict = "❌ B regresses against A" if outcome.regressed else "✅ no regression of B against A"
+    lines = [
+        f"## modelci compare: {verdict}",
+        "",
+        f"A = `{cell(outcome.a.target.label)}` (run {outcome.a.run_id}) · B = `{cell(outcome.b.target.label)}` "
+        f"(run {outcome.b.run_id}) · runner `{cell(outcome.b.runner)}`",
+        "",
+        *comparisons_table(outcome.comparisons),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def alarms_summary(events: list[Any]) -> str:
+    """Alarm events alone (from `modelci alarms check`, with no run)."""
+    return "\n".join(["## modelci alarms", "", *alarm_lines(events)]) + "\n"
+
+
+def write(path: str | Path, text: str) -> None:
+    """Write a summary to a file (replacing it)."""
+    Path(path).write_text(text, encoding="utf-8")

@@ -1,0 +1,58 @@
+"""Small helpers shared by the dashboard's pages: status classes, number and time formats, safe links.
+
+Each returns plain text; the caller escapes it (Jinja2 autoescape, or html.escape in runpage.py).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["STATUS_CLASSES", "status_class", "display_status", "fmt", "when", "safe_href"]
+
+#: statuses as they look in the matrix; "regressed" is an ok result with a gating regression finding
+STATUS_CLASSES = {"ok": "ok", "failed": "bad", "crashed": "bad", "timeout": "warn", "skipped": "skip",
+                  "error": "err", "regressed": "warn", "none": "none"}
+
+
+def status_class(status: str | None) -> str:
+    """The CSS class of a status (an unknown one looks like an error)."""
+    return STATUS_CLASSES.get(status or "none", "err")
+
+
+def display_status(result: Any) -> str:
+    """The result's status, or `regressed` for an ok result with a gating regression."""
+    return "regressed" if result.status == "ok" and result.regressions else result.status
+
+
+def fmt(value: Any, unit: str = "") -> str:
+    """A number for a table: 4 significant digits, bytes in MiB; empty for None."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if unit == "bytes":
+            return f"{value / 1048576:.1f} MiB"
+        return f"{value:.4g} {unit}" if unit else f"{value:.4g}"
+    return str(value)
+
+
+def when(value: datetime | str | None) -> str:
+    """A timestamp as `2024-05-01 12:00:00 UTC` (SQLite hands back naive UTC datetimes); text passes through."""
+    if value is None:
+        return ""
+    if not isinstance(value, datetime):
+        return str(value)
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def safe_href(value: Any) -> str:
+    """A link from a hook's data, kept only when relative or http(s): a `javascript:` URL must not reach a page."""
+    text = str(value or "").strip()
+    # browsers drop tabs, newlines and controls inside a scheme ("java\tscript:"), so judge it without them
+    head = re.split(r"[/?#]", re.sub(r"[\x00-\x20]", "", text), maxsplit=1)[0]
+    if ":" in head and head.split(":", 1)[0].lower() not in ("http", "https"):
+        return "#"
+    return text

@@ -1,0 +1,124 @@
+"""`modelci serve`: the dashboard over HTTP (stdlib ThreadingHTTPServer), rebuilt when the history changes.
+
+Every request for a page first compares the history's signature (newest run and finding ids, SQLite mtimes)
+with the one the site was built from, and rebuilds under a lock when it moved; other requests wait for that
+build rather than start their own. Assets are never rebuilt, so they are served without the check.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+from modelci.errors import UserError
+from modelci.report import queries
+from modelci.report.site import SiteReport, generate_site
+
+__all__ = ["LiveSite", "DashboardServer", "make_server", "is_loopback"]
+
+
+class LiveSite:
+    """A generated site that knows which history it was built from and rebuilds itself when that changes."""
+
+    def __init__(self, store: Any, out: Path, log: Callable[[str], object] = print, **options: Any):
+        self.store, self.out, self.log, self.options = store, out, log, options
+        self.built_from: tuple | None = None
+        self.last: SiteReport | None = None
+        self._lock = threading.Lock()
+
+    def refresh(self) -> bool:
+        """Rebuild when the history changed since the last build; returns whether it rebuilt."""
+        with self._lock:
+            current = queries.signature(self.store)
+            if current == self.built_from:
+                return False
+            self.last = generate_site(self.store, self.out, **self.options)
+            self.built_from = current
+            self.log(f"built the site: {self.last.pages} pages in {self.last.seconds:.1f} s")
+            return True
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    """Serves the site's files; a page request refreshes the site first."""
+
+    server: DashboardServer
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        """Refresh before a page (not an asset), then serve the file."""
+        path = self.path.split("?", 1)[0]
+        if path.endswith((".html", "/")):
+            try:
+                self.server.site.refresh()
+            except Exception as exc:  # a broken rebuild must not take the server down; the old pages stay
+                self.server.site.log(f"could not rebuild the site: {exc}")
+        super().do_GET()
+
+    def end_headers(self) -> None:
+        """Pages change after each run, so browsers must ask again rather than cache them."""
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (signature of the base class)
+        """Quiet unless verbose: CI logs need not list every asset."""
+        if self.server.verbose:
+            sys.stderr.write("%s - %s\n" % (self.address_string(), format % args))
+
+
+class DashboardServer(ThreadingHTTPServer):
+    """A threading HTTP server over a LiveSite's folder."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], site: LiveSite, verbose: bool = False):
+        self.site, self.verbose = site, verbose
+        super().__init__(address, partial(_Handler, directory=str(site.out)))
+
+    @property
+    def url(self) -> str:
+        """The address to open in a browser."""
+        host, port = self.server_address[:2]
+        host = f"[{host}]" if ":" in str(host) else host
+        return f"http://{host}:{port}/"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def make_server(store: Any, host: str = "127.0.0.1", port: int = 8000, out: str | Path | None = None,
+                log: Callable[[str], object] = print, verbose: bool = False, **options: Any) -> DashboardServer:
+    """Build the site once and bind the server (port 0 picks a free one); a taken port is a UserError."""
+    folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="modelci-site-"))
+    site = LiveSite(store, folder, log=log, **options)
+    site.refresh()
+    try:
+        return DashboardServer((host, port), site, verbose=verbose)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port (0 takes a free one)"
+                        ) from None
+
+
+def serve_forever(server: DashboardServer, cleanup: bool) -> None:
+    """Serve until Ctrl-C, then close and remove a temporary site folder."""
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        server.server_close()
+        if cleanup:
+            # give in-flight requests a moment before their files go away
+            time.sleep(0.1)
+            shutil.rmtree(server.site.out, ignore_errors=True)

@@ -1,0 +1,417 @@
+"""The static dashboard: `generate_site(store, out)` writes an index, a page per workload and a page per run.
+
+The site opens from file:// with no server and no CDN (issue 8): plotly.js is copied once from the plotly
+package into `assets/` and every page references it relatively. Pages are Jinja2 templates with autoescape on,
+and the plot data is JSON in a `<script type="application/json">` block with `<`, `>` and `&` escaped, so a
+workload that prints `<script>` in its error shows that text and runs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import modelci
+from modelci.errors import UserError
+from modelci.report import forked, plots, queries, runpage
+from modelci.report.markup import display_status, fmt, safe_href, status_class, when
+from modelci.report.queries import History, ResultInfo
+
+#: written next to the pages: which data each run page was built from, so a rebuild can keep it (versioned)
+MANIFEST, MANIFEST_SCHEMA = ".modelci-site.json", 1
+#: below this many runs a forked child costs more than it saves
+FORK_MIN_RUNS = 100
+
+__all__ = ["SiteReport", "generate_site", "collect_alarms", "collect_compat", "collect_bisects", "PAGE_HOOKS"]
+
+
+@dataclass
+class SiteReport:
+    """What `generate_site` wrote: the folder, the pages, the largest page and how long it took."""
+
+    out: Path
+    pages: int = 0
+    largest_page: str = ""
+    largest_bytes: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    kept_pages: int = 0  # run pages left as they were: built before from the same data
+    child_cpu_seconds: float = 0.0  # CPU of the forked child that built the run pages, if one did
+    extra_pages: list[str] = field(default_factory=list)
+    #: seconds per phase, wall and "(cpu)": load, index, workload pages (of which change points), run pages (the
+    #: wait for them after the workload pages when a child built them; "run pages (own)" is their own time)
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+# -- hooks for the parts other engineers are building ------------------------------------------------------------
+
+
+def _optional(module: str) -> Any:
+    """Import a modelci module that may not exist yet; None when it (or its package) is absent. An error raised
+    inside a module that does exist still propagates: a bug there must not look like "not there yet"."""
+    try:
+        found = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # the parent package is absent
+        return None
+    return importlib.import_module(module) if found is not None else None
+
+
+def _alarm_query() -> Callable[[Any], list[Any]] | None:
+    lifecycle = _optional("modelci.alarms.lifecycle")
+    query = getattr(lifecycle, "list_alarms", None) if lifecycle is not None else None
+    return query if callable(query) else None
+
+
+def alarm_store_present() -> bool:
+    """Whether this modelci tracks alarms (`modelci.alarms.lifecycle.list_alarms`); the index says so when not."""
+    return _alarm_query() is not None
+
+
+def collect_alarms(store: Any) -> list[dict[str, Any]]:
+    """The live alarms (open, acknowledged, silenced) as dicts: id, workload, runner, check, metric, kind, target
+    (the label of the target it first fired on), state, message, opened_at; [] when there is no alarms module."""
+    query = _alarm_query()
+    if query is None:
+        return []
+    keys = ("id", "workload", "runner", "check", "metric", "kind", "target", "message", "opened_at")
+    rows = []
+    for alarm in query(store):
+        row = {key: getattr(alarm, key, None) for key in keys}
+        row["state"] = getattr(alarm, "status", None) or getattr(alarm, "state", "open")
+        rows.append(row)
+    return rows
+
+
+def _table_hook(module: str, function: str) -> Callable[[Any], dict[str, Any] | None]:
+    def collect(store: Any) -> dict[str, Any] | None:
+        found = _optional(module)
+        query = getattr(found, function, None) if found is not None else None
+        return query(store) if callable(query) else None
+
+    collect.__name__ = f"collect_{module.rsplit('.', 1)[-1]}"
+    collect.__doc__ = (f"The {module}.{function}(store) table for its page, or None when the module is absent "
+                       "or has nothing stored.")
+    return collect
+
+
+def collect_compat(store: Any) -> dict[str, Any] | None:
+    """The compat page's table: `modelci.compat.report_table(store)` when that module offers one, else the
+    latest outcomes stored in the compat_results table; None when there are none."""
+    table = _table_hook("modelci.compat", "report_table")(store)
+    return table if table is not None else queries.compat_table(store)
+
+
+collect_bisects = _table_hook("modelci.bisect", "report_table")
+
+#: (file, title, hook): a hook returns None (no page) or a table, which becomes a page linked from every page:
+#: `{"title", "intro", "columns": [str], "rows": [{"label", "href"?, "cells": [{"text", "status"?, "href"?}]}]}`
+PAGE_HOOKS: list[tuple[str, str, Callable[[Any], dict[str, Any] | None]]] = [
+    ("compat.html", "compat matrix", collect_compat),
+    ("bisect.html", "bisect results", collect_bisects),
+]
+
+
+def change_detector(budget_s: float = 10.0) -> plots.ChangeFinder:
+    """`modelci.checks.history.detect_changes` behind a noise floor and a time budget (a no-op while absent)."""
+    history = _optional("modelci.checks.history")
+    detect = getattr(history, "detect_changes", None) if history is not None else None
+    return plots.ChangeFinder(detect, budget_s=budget_s)
+
+
+# -- generation ---------------------------------------------------------------------------------------------------
+
+
+def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int = 30, table_rows: int = 200,
+                  full: bool = False, jobs: int = 2) -> SiteReport:
+    """Write the site for the store's history into `out`; pages are replaced atomically one by one.
+
+    Run pages that a previous generation in `out` wrote from the same data are kept (`full` writes them all).
+    With `jobs` > 1 and a large history, the run pages are built by a forked child meanwhile (see forked.py).
+    """
+    started, cpu = time.perf_counter(), time.process_time()
+    out = Path(out)
+    try:
+        for folder in (out, out / "assets", out / "w", out / "runs"):
+            folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write the site into {out}: {exc.strerror}; pass another --out folder") from None
+    report = SiteReport(out=out)
+    phase = _Phases(report.phases)
+    _copy_assets(out / "assets")
+    history = queries.load_history(store)
+    alarms = collect_alarms(store)
+    extras = []
+    for filename, title, hook in PAGE_HOOKS:
+        table = hook(store)
+        if table is not None:
+            extras.append((filename, title, table))
+    phase("load")
+    pages = _Pages(out, report, [(filename, title) for filename, title, _ in extras])
+    by_workload = history.by_workload()
+    slugs = workload_slugs(list(by_workload))
+    pages.write("index.html", "index.html", **_index_context(history, slugs, alarms, recent))
+    phase("index")
+    def write_runs() -> dict[str, Any]:
+        return _write_run_pages(store, history, slugs, _Pages(out, SiteReport(out=out), pages.nav), full)
+
+    # the run pages are the other half of the work: in a forked child when that is safe and worth it
+    forking = jobs > 1 and len(history.runs) >= FORK_MIN_RUNS and forked.can_fork()
+    child = forked.Forked(write_runs, before=lambda: store.engine.dispose(close=False)) if forking else None
+    detect = change_detector()
+    for workload, results in by_workload.items():
+        pages.write(f"w/{slugs[workload]}.html", "workload.html",
+                    **_workload_context(store, history, workload, results, slugs, alarms, detect, overlay,
+                                        table_rows))
+    report.phases["change points"] = detect.spent_s
+    phase("workload pages")
+    merged = child.result() if child is not None else None
+    if merged is not None:
+        _merge(report, merged, from_child=True)
+    else:  # not forked, or the child failed: build them here
+        _merge(report, write_runs(), from_child=False)
+    phase("run pages")
+    for filename, title, table in extras:
+        pages.write(filename, "table.html", title=title, table=_table(table, title))
+        report.extra_pages.append(filename)
+    report.seconds = time.perf_counter() - started
+    report.cpu_seconds = time.process_time() - cpu + report.child_cpu_seconds
+    return report
+
+
+def _write_run_pages(store: Any, history: History, slugs: dict[str, str], pages: _Pages, full: bool) -> dict:
+    """Write the run pages whose data changed since the manifest (all with `full`); returns the counters."""
+    started, cpu = time.perf_counter(), time.process_time()
+    # a run page changes only when its findings, its next run or its target's label do: keep the others
+    key = _site_key(slugs, pages.nav)
+    signatures = runpage.page_signatures(store, history)
+    previous = {} if full else _read_manifest(pages.out / MANIFEST, key)
+    todo = [run_id for run_id, signature in signatures.items()
+            if previous.get(str(run_id)) != signature or not (pages.out / "runs" / f"{run_id}.html").is_file()]
+    for run_id, context in runpage.run_contexts(store, history, slugs, None if len(todo) == len(signatures) else todo):
+        pages.write(f"runs/{run_id}.html", "run.html", **context)
+    pages.write_text(MANIFEST, json.dumps({"schema": MANIFEST_SCHEMA, "key": key, "runs": signatures}))
+    report = pages.report
+    return {"pages": report.pages, "largest_page": report.largest_page, "largest_bytes": report.largest_bytes,
+            "kept_pages": len(signatures) - len(todo), "seconds": time.perf_counter() - started,
+            "cpu_seconds": time.process_time() - cpu}
+
+
+def _merge(report: SiteReport, part: dict[str, Any], from_child: bool) -> None:
+    """Add the run pages' counters (from this process or the child) to the site's report."""
+    report.pages += part["pages"]
+    report.kept_pages = part["kept_pages"]
+    if part["largest_bytes"] > report.largest_bytes:
+        report.largest_bytes, report.largest_page = part["largest_bytes"], part["largest_page"]
+    report.phases["run pages (own)"] = part["seconds"]
+    report.child_cpu_seconds = part["cpu_seconds"] if from_child else 0.0
+
+
+class _Phases:
+    """Records the wall time since the previous call under a name (the benchmark prints the breakdown)."""
+
+    def __init__(self, into: dict[str, float]):
+        self.into, self.last, self.cpu = into, time.perf_counter(), time.process_time()
+
+    def __call__(self, name: str) -> None:
+        now, cpu = time.perf_counter(), time.process_time()
+        self.into[name] = now - self.last
+        self.into[f"{name} (cpu)"] = cpu - self.cpu
+        self.last, self.cpu = now, cpu
+
+
+class _Pages:
+    """Renders templates into files, keeping count of pages and the largest one."""
+
+    def __init__(self, out: Path, report: SiteReport, nav: list[tuple[str, str]]):
+        import jinja2
+
+        self.out, self.report, self.nav = out, report, nav
+        self.env = jinja2.Environment(loader=jinja2.PackageLoader("modelci.report", "templates"),
+                                      autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                                      undefined=jinja2.StrictUndefined)
+        self.env.filters["fmt"] = fmt
+        self.env.filters["when"] = when
+        self.env.filters["status_class"] = status_class
+        self.env.filters["href"] = safe_href
+        self.generated = when(datetime.now(timezone.utc))
+
+    def write(self, relative: str, template: str, **context: Any) -> None:
+        """Render `template` into `out/relative` (atomically: a server never serves half a page)."""
+        root = "../" * relative.count("/")
+        html = self.env.get_template(template).render(root=root, nav=self.nav, generated=self.generated, **context)
+        self.write_text(relative, html, page=True)
+
+    def write_text(self, relative: str, text: str, page: bool = False) -> None:
+        """Write a file atomically; a page counts towards the report's pages and largest page."""
+        data = text.encode("utf-8")
+        path = self.out / relative
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        if not page:
+            return
+        self.report.pages += 1
+        if len(data) > self.report.largest_bytes:
+            self.report.largest_bytes, self.report.largest_page = len(data), relative
+
+
+def _site_key(slugs: dict[str, str], nav: list[tuple[str, str]]) -> str:
+    """What every run page depends on besides its own data: modelci, the templates, the workload files, the nav."""
+    digest = hashlib.sha256(f"{modelci.__version__}\n{json.dumps([slugs, nav], sort_keys=True)}".encode())
+    for path in sorted((Path(__file__).parent / "templates").rglob("*")):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(Path(runpage.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def _read_manifest(path: Path, key: str) -> dict[str, str]:
+    """The run-page signatures a previous generation wrote, or {} when absent, unreadable or from other code."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA or data.get("key") != key:
+        return {}
+    return data.get("runs") or {}
+
+
+def _table(table: dict[str, Any], title: str) -> dict[str, Any]:
+    """A hook's table with every optional key present, so the template can stay strict about its own names."""
+    rows = [{"label": row.get("label", ""), "href": row.get("href"),
+             "cells": [{"text": cell.get("text", ""), "status": cell.get("status"), "href": cell.get("href")}
+                       for cell in row.get("cells", [])]}
+            for row in table.get("rows", [])]
+    return {"title": table.get("title") or title, "intro": table.get("intro", ""),
+            "columns": list(table.get("columns", [])), "rows": rows}
+
+
+def _copy_assets(assets: Path) -> None:
+    """plotly.min.js from the plotly package (once; it is 4-5 MB, shared by every page), and the site's CSS/JS."""
+    source = _plotly_js()
+    target = assets / "plotly.min.js"
+    if not target.is_file() or target.stat().st_size != source.stat().st_size:
+        shutil.copyfile(source, target)
+    static = Path(__file__).parent / "templates" / "assets"
+    for item in static.iterdir():
+        shutil.copyfile(item, assets / item.name)
+
+
+def _plotly_js() -> Path:
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or spec.origin is None:
+        raise UserError("the dashboard needs the plotly package; install it with `pip install plotly`")
+    path = Path(spec.origin).parent / "package_data" / "plotly.min.js"
+    if not path.is_file():
+        raise UserError(f"the plotly package at {path.parent.parent} has no package_data/plotly.min.js; "
+                        "reinstall plotly")
+    return path
+
+
+def workload_slugs(workloads: list[str]) -> dict[str, str]:
+    """A file name per workload (`fakesuite/Stable` -> `fakesuite_Stable`), unique even when two names collide."""
+    slugs: dict[str, str] = {}
+    taken: set[str] = set()
+    for workload in sorted(workloads):
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload).strip("._") or "workload"
+        base, n = slug, 1
+        while slug.lower() in taken:  # case-insensitive file systems would merge Foo and foo
+            n += 1
+            slug = f"{base}-{n}"
+        taken.add(slug.lower())
+        slugs[workload] = slug
+    return slugs
+
+
+def plot_json(figures: list[dict[str, Any]]) -> str:
+    """Figures as JSON safe inside `<script type="application/json">`: no `</script>`, `<!--` or `&` survive."""
+    text = json.dumps(figures, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# -- page contexts ------------------------------------------------------------------------------------------------
+
+
+def _index_context(history: History, slugs: dict[str, str], alarms: list[dict[str, Any]],
+                   recent: int) -> dict[str, Any]:
+    runners = history.runners()
+    latest: dict[tuple[str, str], ResultInfo] = {}
+    for result in history.results:  # ascending ids: the last one seen is the latest
+        latest[(result.workload, history.runs[result.run_id].runner)] = result
+    rows = []
+    for workload in sorted(slugs):
+        cells = []
+        for runner in runners:
+            result = latest.get((workload, runner))
+            if result is None:
+                cells.append(None)
+                continue
+            run = history.runs[result.run_id]
+            cells.append({"status": display_status(result), "run_id": run.id,
+                          "target": history.targets[run.target_id].label, "reason": result.reason[:300]})
+        rows.append({"workload": workload, "slug": slugs[workload], "cells": cells})
+    by_run = history.by_run()
+    runs = []
+    for run in sorted(history.runs.values(), key=lambda r: r.id, reverse=True)[:recent]:
+        results = by_run.get(run.id, [])
+        counts: dict[str, int] = {}
+        for result in results:
+            counts[display_status(result)] = counts.get(display_status(result), 0) + 1
+        runs.append({"run": run, "target": history.targets[run.target_id].label, "counts": sorted(counts.items())})
+    return {"title": "modelci dashboard", "runners": runners, "rows": rows, "runs": runs,
+            "alarms": alarms, "alarm_store": alarm_store_present(), "slugs": slugs,
+            "totals": {"runs": len(history.runs), "targets": len(history.targets), "workloads": len(slugs),
+                       "results": len(history.results)}}
+
+
+def _workload_context(store: Any, history: History, workload: str, results: list[ResultInfo],
+                      slugs: dict[str, str], alarms: list[dict[str, Any]], detect: plots.ChangeFinder,
+                      overlay: int, table_rows: int) -> dict[str, Any]:
+    # one point per (target, runner): the latest result, so a rerun replaces rather than doubles a point
+    latest: dict[tuple[int, str], ResultInfo] = {}
+    for result in results:
+        run = history.runs[result.run_id]
+        latest[(run.target_id, run.runner)] = result
+    points = [plots.Point(history.targets[t], runner, r) for (t, runner), r in latest.items()]
+    mine = [a for a in alarms if a.get("workload") == workload]
+    changes: list[dict[str, Any]] = []
+    figures = plots.trend_figures(points, detect, mine, changes)
+    overlay_figure = _overlay(store, history, points, overlay)
+    if overlay_figure is not None:
+        figures.append(overlay_figure)
+    rows = []
+    for result in sorted(results, key=lambda r: r.id, reverse=True)[:table_rows]:
+        run = history.runs[result.run_id]
+        rows.append({"result": result, "status": display_status(result), "run": run,
+                     "target": history.targets[run.target_id].label})
+    first = results[-1]
+    return {"title": workload, "workload": workload, "framework": first.framework, "domain": first.domain,
+            "figures": figures, "plot_json": plot_json(figures), "rows": rows, "total": len(results),
+            "changes": changes, "detection": detect.detect is not None, "skipped": detect.skipped, "alarms": mine,
+            "alarm_store": alarm_store_present(), "slugs": slugs}
+
+
+def _overlay(store: Any, history: History, points: list[plots.Point], count: int) -> dict[str, Any] | None:
+    """The loss curves of the last `count` targets (the latest result of each), read only for those results."""
+    with_curve = [p for p in points if p.result.metrics.get("loss", None) is not None
+                  and p.result.metrics["loss"].kind == "curve"]
+    by_target: dict[int, plots.Point] = {}
+    for point in sorted(with_curve, key=lambda p: p.result.id):
+        by_target[point.target.id] = point
+    chosen = sorted(by_target.values(), key=lambda p: p.target.rank)[-count:] if count > 0 else []
+    curves = queries.loss_curves(store, [p.result.id for p in chosen])
+    return plots.loss_overlay([(p.target.label, curves[p.result.id]) for p in chosen if curves.get(p.result.id)])

@@ -1,0 +1,336 @@
+"""A warm worker for one environment: imports the suites' frameworks once, then forks a child per job.
+
+Runs inside the environment under test (standard library only). The parent (modelci.execute.forked)
+talks to it in JSON lines over the worker's stdin and stdout:
+
+    worker -> parent  {"event": "ready", "pid": N, "unsafe": "", "preloaded": [...], "skipped": {...}}
+    parent -> worker  {"module": M, "argv": [...], "log_dir": DIR, "cwd": DIR, "framework": F, "seed": N}
+    worker -> parent  {"event": "started", "pid": CHILD}  at once, then
+                      {"event": "exited", "pid": CHILD, "status": WAIT_STATUS, "rss": WORKER_RSS}
+                      or {"event": "refused", "reason": WHY} when forking is not safe (the parent then spawns)
+
+Each child runs `M.main(argv)` (M: `modelci.workload.child` unless the job names another entry module) exactly
+as `python -m M` would, in its own session, with fd 1 and 2 sent to `stdout.txt` and `stderr.txt` in `log_dir`.
+EOF on stdin ends the worker.
+
+At start the worker imports the modules that the suite files import at top level (read from their source,
+not run), so the framework is imported once; a module that is not installed is skipped, one whose import
+fails stops the forking (a half-imported module must not reach a child).
+
+Before the first job of a framework F the worker does what every child of F does first: it imports F's helper,
+seeds it and switches determinism on. For torch that prologue imports 800 more modules (torch._dynamo,
+sympy) and takes about as long as `import torch` itself; the child repeats the same calls, so it ends in the
+same state, without paying for them again.
+
+Memory: a forked child starts with the worker's anonymous pages already counted in its RSS, but not the
+file-backed pages (the framework's shared libraries) that the worker touched while importing; Linux fills
+those on demand. A spawned child touches them during its own import, so its peak RSS is higher by the
+size of that code (about 70 MiB for torch). The child therefore maps in again the file pages the worker
+had resident (MADV_POPULATE_READ) before it runs, and its VmHWM then equals what a spawned child measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import ctypes
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from array import array
+from pathlib import Path
+from typing import Any
+
+#: version of the messages this module exchanges with the parent
+PROTOCOL = 1
+#: madvise advice that maps in (read-faults) a range of pages: Linux >= 5.14
+MADV_POPULATE_READ = 22
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+# -- what to import once ----------------------------------------------------------------------------
+
+
+def imported_modules(path: Path) -> list[str]:
+    """Top-level absolute imports of a suite file (module level, `if` and `try` bodies), without running it."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError):
+        return []  # discovery reports the error; the worker only skips the preload
+    found: list[str] = []
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, ast.Import):
+            found += [alias.name.partition(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module.partition(".")[0])
+        elif isinstance(node, (ast.If, ast.Try)):
+            pending += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                        *(stmt for handler in getattr(node, "handlers", []) for stmt in handler.body)]
+    return list(dict.fromkeys(found))
+
+
+def suite_imports(folders: list[Path]) -> list[str]:
+    """The modules that the suite files in `folders` import at top level, in first-seen order."""
+    from modelci.workload.child import suite_files
+
+    names: list[str] = []
+    for folder in folders:
+        for path in suite_files(folder):
+            names += imported_modules(path)
+    return [n for n in dict.fromkeys(names) if n not in sys.builtin_module_names and n != "__future__"]
+
+
+def preload(names: list[str], done: list[str], skipped: dict[str, str]) -> str:
+    """Import each module once; a missing one is skipped (the child reports it), a failing one is returned.
+
+    A module whose import raises may leave half of itself in sys.modules, and a child forked from that
+    would not see what a fresh process sees, so the caller stops forking.
+    """
+    for name in names:
+        if name in done or name in skipped:
+            continue
+        try:
+            if importlib.util.find_spec(name) is None:
+                skipped[name] = "not installed"
+                continue
+            importlib.import_module(name)
+        except BaseException as exc:  # noqa: BLE001 - an import may raise anything, SystemExit included
+            return f"importing {name} in the worker failed: {type(exc).__name__}: {exc}"
+        done.append(name)
+    return ""
+
+
+# -- when forking is not safe ------------------------------------------------------------------------
+
+
+def warm_up(framework: str, seed: int) -> str:
+    """Run the prologue every child of `framework` runs (helper, seed, determinism); returns an error or ""."""
+    try:
+        from modelci.workload.frameworks import get_helper
+
+        helper = get_helper(framework)
+        helper.seed(seed)
+        helper.set_determinism(True)
+    except BaseException as exc:  # noqa: BLE001 - the child reports it; this worker must not fork any more
+        return f"preparing framework {framework!r} in the worker failed: {type(exc).__name__}: {exc}"
+    return ""
+
+
+def fork_hazard() -> str:
+    """Why forking this process now would be unsafe, or "" when it is safe."""
+    if not hasattr(os, "fork"):
+        return "this platform has no fork()"
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is not None and cuda.is_initialized():
+            return "the worker's torch has initialised CUDA, which a forked child cannot use"
+    except Exception:  # noqa: BLE001 - a half-built torch must not stop the check
+        pass
+    devices = gpu_device_files()
+    if devices:
+        return f"the worker holds GPU device files open ({', '.join(devices[:3])}); a forked child cannot share them"
+    threads = thread_count()
+    if threads > 1:
+        return (f"the worker's imports started {threads - 1} extra thread(s); a lock one of them holds at fork time "
+                "would deadlock the child (set `threads` to fix the BLAS pools, or use isolation = \"spawn\")")
+    return ""
+
+
+def gpu_device_files() -> list[str]:
+    """Open file descriptors of this process that point at GPU device nodes (CUDA, ROCm, DRM render nodes)."""
+    found = []
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(("/dev/nvidia", "/dev/kfd", "/dev/dri/renderD")):
+                found.append(target)
+    except OSError:
+        pass
+    return sorted(set(found))
+
+
+def thread_count() -> int:
+    """Threads of this process (1 when /proc is not there to say)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+# -- memory --------------------------------------------------------------------------------------------
+
+
+def rss_bytes() -> int:
+    """Current resident set size of this process (0 when /proc is not there)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def resident_file_pages() -> list[tuple[int, int]]:
+    """(address, length) of the pages of readable file mappings that are resident in this process now."""
+    ranges: list[tuple[int, int]] = []
+    try:
+        with open("/proc/self/maps") as maps, open("/proc/self/pagemap", "rb") as pagemap:
+            for line in maps:
+                parts = line.split(maxsplit=5)
+                path = parts[5].strip() if len(parts) > 5 else ""
+                if parts[1][0] != "r" or not path.startswith("/") or path.startswith("/dev/"):
+                    continue
+                low, high = (int(x, 16) for x in parts[0].split("-"))
+                pagemap.seek(low // PAGE * 8)
+                entries = array("Q")
+                entries.frombytes(pagemap.read((high - low) // PAGE * 8))
+                start = None
+                for index, entry in enumerate(entries):
+                    if entry >> 63:  # bit 63: page present
+                        start = index if start is None else start
+                    elif start is not None:
+                        ranges.append((low + start * PAGE, (index - start) * PAGE))
+                        start = None
+                if start is not None:
+                    ranges.append((low + start * PAGE, (len(entries) - start) * PAGE))
+    except (OSError, ValueError):
+        return []
+    return ranges
+
+
+def populate(ranges: list[tuple[int, int]]) -> None:
+    """Map in the given pages in this process, so its RSS counts them as a spawned child's would."""
+    if not ranges:
+        return
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for address, length in ranges:
+        if madvise(address, length, MADV_POPULATE_READ) != 0:
+            # an older kernel: touch one byte per page instead
+            for page in range(address, address + length, PAGE):
+                ctypes.string_at(page, 1)
+
+
+# -- the child ------------------------------------------------------------------------------------------
+
+
+def run_child(job: dict[str, Any], channels: tuple[int, int], ranges: list[tuple[int, int]]) -> None:
+    """In the forked child: a session of its own, logs to files, then the child entry point; never returns."""
+    code = 1
+    try:
+        for fd in channels:
+            os.close(fd)  # the worker's pipes: the parent must see EOF when the worker dies, not when we do
+        os.setsid()
+        log_dir = Path(job["log_dir"])
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+            target = os.open(log_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+        os.chdir(job.get("cwd") or ".")
+        populate(ranges)
+        entry = importlib.import_module(job.get("module") or "modelci.workload.child")
+        sys.argv = [entry.__file__, *job["argv"]]
+        code = entry.main(job["argv"])
+    except SystemExit as exc:
+        # as the interpreter does: None is 0, an int is the code, anything else is printed and gives 1
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - the child dies here whatever happened, as a fresh process would
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream must not turn exit 0 into a crash
+                pass
+        os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
+
+
+# -- the loop -------------------------------------------------------------------------------------------
+
+
+class Channel:
+    """The JSON-lines pipe pair to the parent, kept off fd 0/1 so that stray prints cannot corrupt it."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.dup(0), os.dup(1)
+        self.reader = os.fdopen(self.read_fd, "rb")
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)  # anything printed by an import goes to the worker's log
+
+    def send(self, **message: Any) -> None:
+        """Write one message as one line."""
+        os.write(self.write_fd, (json.dumps(message) + "\n").encode())
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next message, or None at EOF."""
+        line = self.reader.readline()
+        return json.loads(line) if line else None
+
+
+def serve(channel: Channel, names: list[str]) -> int:
+    """Preload, report ready, then fork one child per job until EOF."""
+    done: list[str] = []
+    skipped: dict[str, str] = {}
+    warmed: set[str] = set()
+    broken = preload(names, done, skipped)
+    unsafe = broken or fork_hazard()
+    ranges = [] if unsafe else resident_file_pages()
+    channel.send(event="ready", protocol=PROTOCOL, pid=os.getpid(), unsafe=unsafe, preloaded=done,
+                 skipped=skipped, rss=rss_bytes())
+    while True:
+        job = channel.receive()
+        if job is None:
+            return 0
+        framework = job.get("framework") or ""
+        if framework and framework not in warmed and not unsafe:
+            warmed.add(framework)
+            unsafe = warm_up(framework, int(job.get("seed", 0))) or fork_hazard()
+            ranges = [] if unsafe else resident_file_pages()
+        if unsafe:
+            channel.send(event="refused", reason=unsafe)
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            run_child(job, (channel.read_fd, channel.write_fd), ranges)
+        channel.send(event="started", pid=pid)
+        _, status = os.waitpid(pid, 0)
+        channel.send(event="exited", pid=pid, status=status, rss=rss_bytes())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: `python -m modelci.workload.worker [--preload MODULE]... [--suite DIR]...`."""
+    parser = argparse.ArgumentParser(prog="modelci.workload.worker")
+    parser.add_argument("--preload", action="append", default=[], help="a module to import once")
+    parser.add_argument("--suite", action="append", default=[], help="a suite folder whose imports to preload")
+    args = parser.parse_args(argv)
+    channel = Channel()
+    names = [*args.preload, *suite_imports([Path(s) for s in args.suite])]
+    return serve(channel, list(dict.fromkeys(names)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

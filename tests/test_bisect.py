@@ -1,0 +1,294 @@
+"""Bisect over real git repositories holding the pure-Python fakefw (issue 7, "Tests").
+
+One history serves the tests that search it (its builds and environments are shared, as on a user's machine):
+
+    c0 ─ c1✗ ─ c2 ─ c3 ─ c4✗ ─ c5 ─ c6 ─ c7 ───────────── c8 ─ c9✗ ─ c10 ─ c11 ─ c12
+                    │                  └─ f1 ─ f2 ─────┘ (Merge pull request #42)
+                    numeric            slow     crash              format 2 (#57)
+
+✗ = the commit does not build (a syntax error in pyproject.toml). Each test asserts the culprit and the number of
+builds, which the search fixes: ends included, at most ceil(log2 N) + 2 + the skipped probes.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import math
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from fakerepo import FakeRepo, broken_pyproject, fakefw_source, offline_environment, write_project, write_suite
+from fakewheels import build_fake_wheel
+
+from modelci import config as config_module
+from modelci import envs
+from modelci.bisect import BisectRefused, bisect, releases
+from modelci.bisect.search import Search
+from modelci.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """The repository above, a suite, and a project (history + cache) around them."""
+    root = tmp_path_factory.mktemp("bisect")
+    repo = FakeRepo(root / "repo")
+    c = {"c0": repo.commit("Initial fakefw")}
+    c["c1"] = repo.commit("Start moving the packaging", pyproject=broken_pyproject(), note="c1")
+    c["c2"] = repo.commit("Finish moving the packaging", note="c2")
+    c["c3"] = repo.commit("Scale the output layer", scale=1.5)
+    c["c4"] = repo.commit("Packaging, take two", pyproject=broken_pyproject(), note="c4")
+    c["c5"] = repo.commit("Packaging fixed", note="c5")
+    c["c6"] = repo.commit("Rewrite the kernel", delay=0.04)
+    c["c7"] = repo.commit("Docs", note="c7")
+    repo.git("checkout", "-q", "-b", "fused")
+    c["f1"] = repo.commit("Add a fused step", note="f1")
+    c["f2"] = repo.commit("Make the fused step in-place", crash=True)
+    repo.git("checkout", "-q", "main")
+    repo.git("merge", "-q", "--no-ff", "fused", "-m", "Merge pull request #42 from ada/fused")
+    c["c8"] = repo.git("rev-parse", "HEAD")
+    c["c9"] = repo.commit("Packaging regressed", pyproject=broken_pyproject(), note="c9")
+    c["c10"] = repo.commit("Packaging fixed again", note="c10")
+    c["c11"] = repo.commit("Store models in format 2 (#57)", format=2)
+    c["c12"] = repo.commit("More docs", note="c12")
+    suite = write_suite(root / "suite")
+    config_file = write_project(root / "project", root / "cache")
+    with offline_environment():
+        yield {"root": root, "repo": repo.path, "suite": suite, "c": c, "name": {v: k for k, v in c.items()},
+               "cfg": config_module.load(config_file=config_file)}
+
+
+def search_with_oracle(n, culprit, untestable=(), jobs=1):
+    """Bisect commits 1..n (the bad end is n) where commit i is bad from `culprit` on: (search, builds, rounds)."""
+    search = Search.linear([f"c{i}" for i in range(1, n + 1)])
+    builds, rounds = 2, 1
+    while not search.done:
+        batch = search.next_probes(jobs)
+        search.record({sha: "skip" if int(sha[1:]) in untestable else "bad" if int(sha[1:]) >= culprit else "good"
+                       for sha in batch})
+        builds, rounds = builds + len(batch), rounds + 1
+    return search, builds, rounds
+
+
+def test_search_meets_the_cost_targets():
+    import random
+
+    rng = random.Random(5)
+    for n in (2, 7, 16, 33, 64):
+        for culprit in range(1, n + 1):
+            search, builds, _ = search_with_oracle(n, culprit)
+            assert search.culprit == f"c{culprit}" and builds <= math.ceil(math.log2(n)) + 2
+            for jobs in (2, 3):
+                assert search_with_oracle(n, culprit, jobs=jobs)[2] <= math.ceil(math.log(n, jobs + 1) - 1e-9) + 1
+    for _ in range(300):  # 20% untestable
+        n, culprit = 64, rng.randrange(1, 65)
+        untestable = {i for i in range(1, 64) if i != culprit and rng.random() < 0.2}
+        search, builds, _ = search_with_oracle(n, culprit, untestable)
+        assert builds - len(search.skipped) <= math.ceil(math.log2(n)) + 2
+        assert search.culprit == f"c{culprit}" or f"c{culprit}" in search.remaining()
+        if search.culprit is None:  # only skipped commits remain between the last good and the first bad
+            assert all(sha in search.skipped for sha in search.remaining()[:-1])
+
+
+def test_search_leaves_a_run_of_broken_commits_in_few_probes():
+    broken = set(range(240, 280))  # 40 commits that do not build, around the midpoint of 512
+    search, _, _ = search_with_oracle(512, 100, broken)
+    assert search.culprit == "c100" and len(search.skipped) <= 12  # stepping one along would skip 20
+
+
+def run_bisect(history, workload, **kwargs):
+    kwargs.setdefault("build", "pythonpath")
+    lines = []
+    result = bisect(history["cfg"], [str(history["suite"])], workload, repo=str(history["repo"]),
+                    good=kwargs.pop("good", history["c"]["c0"]), bad=kwargs.pop("bad", history["c"]["c12"]),
+                    log=kwargs.pop("log", lines.append), **kwargs)
+    result.lines = lines
+    return result
+
+
+def within_cost_target(result) -> bool:
+    """Issue 7, cost targets: builds <= ceil(log2 N) + 2 + skipped probes."""
+    return result.builds <= math.ceil(math.log2(result.range_size)) + 2 + result.skipped
+
+
+@pytest.mark.slow
+def test_numeric_change_is_found_through_unbuildable_commits(history):
+    result = run_bisect(history, "Numeric")
+
+    assert result.status == "found" and result.check == "precision" and result.metrics == ["output:y"]
+    assert history["name"][result.culprit.item] == "c3"
+    assert result.culprit.commit.subject == "Scale the output layer"
+    assert history["name"][result.last_good.item] == "c2"
+    assert result.range_size == 14 and result.builds == 6 and within_cost_target(result)
+    assert [history["name"][p.item] for p in result.probes if p.verdict == "skip"] == ["c1"]
+    assert all(p.run_id is not None for p in result.probes), "every probe is stored as a normal run"
+
+
+@pytest.mark.slow
+def test_a_2x_slowdown_is_found_with_statistics_and_confirmed(history):
+    result = run_bisect(history, "Slow", check="timing")
+
+    assert result.status == "found" and result.metrics == ["time.infer"]
+    assert history["name"][result.culprit.item] == "c6"
+    assert result.builds == 6 and within_cost_target(result)
+    assert result.confirmation["confirmed"]
+    numbers = result.confirmation["numbers"]
+    assert numbers["ratio"] > 1.5 and numbers["p_value"] < 0.05
+    reruns = [history["name"][p.item] for p in result.probes if p.round == -1]
+    assert reruns == ["c5", "c6"], "the two boundary commits are re-run before the culprit is reported"
+
+
+@pytest.mark.slow
+def test_a_crash_is_traced_to_the_branch_commit_through_the_merge(history):
+    result = run_bisect(history, "Crash")
+
+    assert result.check == "status"
+    assert history["name"][result.culprit.item] == "f2"
+    assert result.culprit.commit.pr is None
+    assert result.builds == 6 and within_cost_target(result)
+
+
+@pytest.mark.slow
+def test_first_parent_reports_the_merged_pr(history):
+    result = run_bisect(history, "Crash", first_parent=True)
+
+    culprit = result.culprit.commit
+    assert history["name"][culprit.sha] == "c8"
+    assert culprit.pr == 42 and culprit.subject == "Merge pull request #42 from ada/fused"
+    assert culprit.author == "Ada Test <ada@example.com>" and culprit.date.startswith("2024-01-01T")
+    assert result.range_size == 12 and "f1" not in {history["name"][p.item] for p in result.probes}
+    assert result.builds == 6 and result.skipped == 1 and within_cost_target(result)
+
+
+@pytest.mark.slow
+def test_a_saved_model_that_no_longer_loads(history):
+    result = run_bisect(history, "SavedModel")
+
+    assert history["name"][result.culprit.item] == "c11" and result.culprit.commit.pr == 57
+    assert "unsupported model format" in next(p.why for p in result.probes if p.item == result.bad.item)
+    assert result.builds == 6 and within_cost_target(result)
+
+
+def test_timing_noise_is_not_blamed_on_a_commit(history):
+    # the Noisy workload's time varies a lot at every commit and no commit changes it
+    with pytest.raises(BisectRefused, match="bad end .* is not bad"):
+        run_bisect(history, "Noisy", check="timing")
+
+
+def test_refuses_when_the_good_end_is_not_good(history):
+    with pytest.raises(BisectRefused, match="good end .* is not good: suite/Crash is crashed"):
+        run_bisect(history, "Crash", good=history["c"]["c8"])
+
+
+def test_a_ref_that_does_not_exist_is_named(history):
+    with pytest.raises(UserError, match="ref 'v9.9' does not exist"):
+        run_bisect(history, "Numeric", good="v9.9")
+
+
+@pytest.mark.slow
+def test_parallel_probes_search_k_plus_1_ways(history):
+    result = run_bisect(history, "Numeric", jobs=3, first_parent=True)
+
+    assert history["name"][result.culprit.item] == "c3"
+    per_round = {}
+    for probe in result.probes:
+        per_round[probe.round] = per_round.get(probe.round, 0) + 1
+    assert per_round[1] == 3, "each round probes K commits at once"
+    assert result.rounds <= math.ceil(math.log(result.range_size, 4)) + 1 + result.skipped
+
+
+@pytest.mark.slow
+def test_wheel_builds_resume_after_an_interruption_without_rebuilding(history, tmp_path):
+    # its own cache and history: everything here is built by this test
+    cfg = config_module.load(config_file=write_project(tmp_path / "project", tmp_path / "cache"))
+    history = dict(history, cfg=cfg)
+
+    def interrupt(line):
+        if line.startswith("round 2:"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_bisect(history, "SavedModel", build="wheel", first_parent=True, log=interrupt)
+    first_builds = len(list((tmp_path / "cache" / "builds").glob("*/build.json")))
+    failed = list((tmp_path / "cache" / "builds").glob("*.failed.json"))
+
+    resumed = run_bisect(history, "SavedModel", build="wheel", first_parent=True)
+    assert history["name"][resumed.culprit.item] == "c11"
+    early = [p for p in resumed.probes if p.round in (0, 1, 2)]
+    assert early and all(p.reused and not p.built for p in early), "the probes it already had are reused"
+    assert resumed.fresh_builds == resumed.builds - len({p.item for p in early})
+    assert first_builds + len(failed) == len({p.item for p in early})
+    assert len(list((tmp_path / "cache" / "builds").glob("*/build.json"))) + len(
+        list((tmp_path / "cache" / "builds").glob("*.failed.json"))) == resumed.builds
+    wheels = list((tmp_path / "cache" / "builds").glob("*/fakefw-1.0-py3-none-any.whl"))
+    assert wheels, "the wheel strategy builds real wheels"
+
+
+@pytest.mark.slow
+def test_cli_bisect_prints_the_culprit_and_writes_json(history, tmp_path):
+    out = tmp_path / "bisect.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelci.cli", "bisect", "--repo", str(history["repo"]), "--good", history["c"]["c10"],
+         "--bad", "main", "--suite", str(history["suite"]), "-k", "SavedModel", "--build", "pythonpath",
+         "--json", str(out)],
+        cwd=history["root"] / "project", capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "first bad:" in proc.stdout and "Store models in format 2" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["kind"] == "bisect" and report["culprit"]["pr"] == 57 and report["status"] == "found"
+
+
+# --- releases --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_releases_between_two_versions_finds_the_first_bad_release(tmp_path):
+    wheels = tmp_path / "wheels"
+    for minor in range(7):
+        version = f"1.{minor}"
+        build_fake_wheel(wheels, "fakefw", version, {"fakefw/__init__.py": fakefw_source(scale=1.5 if minor >= 4
+                                                                                          else 1.0)})
+    build_fake_wheel(wheels, "fakefw", "1.5rc1", {"fakefw/__init__.py": fakefw_source(scale=1.5)})
+    suite = write_suite(tmp_path / "suite")
+    with offline_environment() as patch:
+        patch.setenv("MODELCI_FIND_LINKS", str(wheels))
+        cfg = config_module.load(config_file=write_project(tmp_path / "project", tmp_path / "cache"))
+        versions = releases.between("fakefw", "1.0", "1.6", envs.IndexConfig.from_pip())
+        assert versions == [f"fakefw==1.{minor}" for minor in range(7)], "pre-releases left out"
+        result = bisect(cfg, [str(suite)], "Numeric", versions=versions, log=lambda line: None)
+
+    assert result.status == "found" and result.culprit.item == "fakefw==1.4"
+    assert result.last_good.item == "fakefw==1.3"
+    assert result.builds == 4  # the ends, then 1.3 (good) and 1.4 (bad)
+
+
+def test_release_list_from_a_simple_index_skips_yanked_files(tmp_path):
+    page = tmp_path / "simple" / "fakefw"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(
+        '<html><body><a href="../../files/fakefw-1.0-py3-none-any.whl">x</a>'
+        '<a href="../../files/fakefw-1.1.tar.gz">x</a>'
+        '<a href="../../files/fakefw-1.2-py3-none-any.whl" data-yanked="broken">x</a>'
+        '<a href="../../files/otherpkg-9.0-py3-none-any.whl">x</a></body></html>')
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        index = envs.IndexConfig(index_url=f"http://127.0.0.1:{server.server_port}/simple")
+        assert [str(v) for v in releases.versions("FakeFW", index)] == ["1.0", "1.1"]
+        with pytest.raises(UserError, match="fakefw==1.5 is not offered"):
+            releases.between("fakefw", "1.0", "1.5", index)
+    finally:
+        server.shutdown()
+        server.server_close()

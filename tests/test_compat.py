@@ -1,0 +1,350 @@
+"""Backward compatibility on compatfw 1.0 / 2.0: real uv environments, real child processes, a real SQLite history.
+
+2.0 renames a state key, changes a layer's numerics and drops a format; compat must report exactly those three
+(plus the workload deleted from the suite as `missing`), and everything else `ok`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from compatfw import write_project
+
+from modelci import compat, workflow
+from modelci import config as config_module
+from modelci.errors import UserError
+from modelci.report import compat_report
+from modelci.store import Store
+from modelci.store import compat_schema as records
+
+#: (workload, format) -> outcome of 1.0's saved models loaded in 2.0, once retired.py is gone
+BACKWARD = {
+    ("compatsuite/Legacy", "json"): "ok",
+    ("compatsuite/Legacy", "text"): "unsupported",
+    ("compatsuite/Numerics", "json"): "outputs_differ",
+    ("compatsuite/Renamed", "json"): "load_failed",
+    ("compatsuite/Retired", "json"): "missing",
+    ("compatsuite/Stable", "folder"): "ok",
+    ("compatsuite/Stable", "json"): "ok",
+}
+
+
+def outcomes(outcome) -> dict[tuple[str, str], str]:
+    return {(e.workload, e.format): e.outcome for e in outcome.entries}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, env_cache):
+    """compatfw 1.0 and 2.0 both run once over the suite, so the store holds both versions' saved models."""
+    root = tmp_path_factory.mktemp("compat") / "project"
+    paths = write_project(root, env_cache)
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k.startswith("MODELCI_")]:
+            mp.delenv(key)
+        mp.setenv("MODELCI_FIND_LINKS", str(paths["wheels"]))
+        mp.setenv("PIP_NO_INDEX", "1")
+        mp.chdir(root)
+        cfg = config_module.load()
+        first = workflow.run(cfg, str(paths["v1"]), [str(paths["suite"])])
+        second = workflow.run(cfg, str(paths["v2"]), [str(paths["suite"])])
+        assert [r.status for r in first.results + second.results] == ["ok"] * 10
+        # the same suite without retired.py: Retired's saved model then has no workload to load it
+        current = root / "now" / "compatsuite"
+        shutil.copytree(paths["suite"], current)
+        (current / "retired.py").unlink()
+        yield dict(paths, root=root, cfg=cfg, current=current, first=first)
+
+
+def test_backward_reports_the_renamed_key_the_numerics_and_the_dropped_format_exactly(project):
+    outcome = compat.check(project["cfg"], str(project["v2"]), [str(project["current"])])
+
+    assert outcomes(outcome) == BACKWARD
+    assert outcome.regressed
+    by_key = {(e.workload, e.format): e for e in outcome.entries}
+    assert {e.producer["version"] for e in outcome.entries} == {"1.0"}
+    assert {e.consumer["version"] for e in outcome.entries} == {"2.0"}
+    assert "KeyError: 'kernel' (in load)" in by_key["compatsuite/Renamed", "json"].error
+    differ = by_key["compatsuite/Numerics", "json"]
+    assert differ.numbers["output:y"]["max_rel"] == pytest.approx(1e-3, rel=0.01)
+    # the inputs made again from the seed are the producer's, so the model, not the data, changed
+    assert differ.numbers["inputs"]["match"] is True
+    assert "compatfw 2.0 has no format 'text'" in by_key["compatsuite/Legacy", "text"].error
+    assert not by_key["compatsuite/Retired", "json"].gating
+    assert by_key["compatsuite/Stable", "json"].numbers["output:y"]["max_abs"] == 0
+    # as check findings, for alarms: the three breaks gate, the deleted workload is reported only
+    found = compat.findings(outcome)
+    assert sorted(f.numbers["outcome"] for f in found if f.verdict == "regression" and f.gating) == [
+        "load_failed", "outputs_differ", "unsupported"]
+    assert {f.check for f in found} == {"compat"}
+
+    # kept as history
+    store = Store.from_config(project["cfg"])
+    with store.sessions() as session:
+        rows = [r for r in records.compat_history(session) if r.check_id == outcome.check_id]
+    assert {(r.workload, r.format): r.outcome for r in rows} == BACKWARD
+
+
+def test_reports_name_every_cell_and_problem(project, tmp_path):
+    outcome = compat.check(project["cfg"], str(project["v2"]), [str(project["current"])])
+    compat_report.write_json(tmp_path / "compat.json", outcome)
+    compat_report.write_markdown(tmp_path / "compat.md", outcome)
+
+    report = json.loads((tmp_path / "compat.json").read_text())
+    assert report["schema"] == "modelci.compat/1" and report["regressed"] is True
+    cells = {(w, f): next(iter(next(iter(by_p.values())).values()))
+             for w, by_f in report["matrix"].items() for f, by_p in by_f.items()}
+    assert cells == BACKWARD
+    assert report["summary"] == {"ok": 3, "load_failed": 1, "outputs_differ": 1, "unsupported": 1, "missing": 1}
+    text = (tmp_path / "compat.md").read_text()
+    assert "## compatsuite/Numerics" in text and "**outputs_differ**" in text and "KeyError" in text
+
+
+def test_a_build_loads_its_own_models(project):
+    outcome = compat.check(project["cfg"], str(project["v1"]), [str(project["suite"])], from_spec="==1.0")
+    assert set(outcomes(outcome).values()) == {"ok"} and len(outcome.entries) == 7
+    assert not outcome.regressed
+
+
+def test_forward_loads_the_targets_models_in_the_older_build(project):
+    outcome = compat.check(project["cfg"], str(project["v2"]), [str(project["suite"])], direction="forward")
+    assert outcomes(outcome) == {
+        ("compatsuite/Legacy", "json"): "ok",
+        ("compatsuite/Numerics", "json"): "outputs_differ",
+        ("compatsuite/Renamed", "json"): "load_failed",
+        ("compatsuite/Retired", "json"): "ok",
+        ("compatsuite/Stable", "folder"): "ok",
+        ("compatsuite/Stable", "json"): "ok",
+    }
+    assert {(e.producer["version"], e.consumer["version"]) for e in outcome.entries} == {("2.0", "1.0")}
+    assert "KeyError: 'weight'" in next(e.error for e in outcome.entries if e.workload.endswith("Renamed"))
+
+
+def test_manifests_record_producer_bytes_inputs_outputs_and_store_them_once(project):
+    store = Store.from_config(project["cfg"])
+    manifests, problems = records.read_manifests(store.artifacts)
+    assert problems == []
+    v1 = [m for m in manifests if m["producer"]["version"] == "1.0"]
+    assert sorted((m["workload"], m["format"]) for m in v1) == sorted(BACKWARD)
+    stable = next(m for m in v1 if m["workload"] == "compatsuite/Stable" and m["format"] == "json")
+    data = store.artifacts.get(stable["sha256"])
+    assert json.loads(data).keys() == {"w", "b"} and stable["size"] == len(data) and stable["layout"] == "file"
+    assert stable["producer"]["name"] == "compatfw" and stable["producer"]["wheel_sha256"]
+    assert stable["seed"] == 0 and stable["fingerprint"] and stable["recorded_at"] and not stable["unsafe"]
+    result = next(r for r in project["first"].results if r.workload == "compatsuite/Stable")
+    assert stable["result_id"] == result.id
+    assert (store.artifacts.get_array(stable["outputs"]["y"]["sha256"]) == result.outputs["y"]).all()
+    assert store.artifacts.get_array(stable["inputs"]["arrays"]["input_0"]["sha256"]).shape == (4, 3)
+    folder = next(m for m in v1 if m["format"] == "folder")
+    assert folder["layout"] == "tar"
+    with store.sessions() as session:
+        assert len(records.saved_models(session, "compatfw")) == len(manifests)
+
+    def blobs() -> int:
+        return sum(1 for p in Path(store.artifacts.base).rglob("*") if p.is_file())
+
+    before = blobs()
+    rerun = workflow.run(project["cfg"], str(project["v1"]), [str(project["suite"])])
+    assert [r.status for r in rerun.results] == ["ok"] * 5
+    assert blobs() == before, "the same saved bytes, inputs and outputs must be stored once"
+    with store.sessions() as session:
+        assert len(records.saved_models(session, "compatfw")) == len(manifests)
+
+
+def test_corrupt_artifacts_are_refused_and_reported_not_skipped(project, tmp_path):
+    artifacts = tmp_path / "artifacts"
+    shutil.copytree(Path(project["cfg"].artifacts), artifacts)
+    cfg = config_module.load(cli={"db": str(tmp_path / "history.db")})
+    cfg.values["artifacts"] = str(artifacts)
+    store = Store.from_config(cfg)
+    manifests, _ = records.read_manifests(store.artifacts)
+    # Renamed's blob is its own (Stable, Numerics and Retired save the same bytes, stored once)
+    renamed = next(m for m in manifests if m["workload"] == "compatsuite/Renamed" and m["producer"]["version"] == "1.0")
+    blob = Path(store.artifacts.path(renamed["sha256"]))
+    blob.write_bytes(blob.read_bytes().replace(b'"weight"', b'"WEIGHT"'))
+    legacy = next(m for m in manifests if m["workload"] == "compatsuite/Legacy" and m["format"] == "json"
+                  and m["producer"]["version"] == "1.0")
+    index = artifacts / records.INDEX / f"{legacy['key']}.json"
+    tampered = json.loads(index.read_text())
+    tampered["seed"] = 1
+    index.write_text(json.dumps(tampered))
+
+    outcome = compat.check(cfg, str(project["v2"]), [str(project["current"])])
+    got = outcomes(outcome)
+    assert got.pop(("compatsuite/Renamed", "json")) == "unreadable"
+    assert got.pop(("(unreadable manifest)", "")) == "unreadable"
+    expected = dict(BACKWARD)
+    del expected[("compatsuite/Renamed", "json")], expected[("compatsuite/Legacy", "json")]
+    assert got == expected
+    refused = next(e for e in outcome.entries if e.workload == "compatsuite/Renamed")
+    assert "corrupt" in refused.error and "compatfw==1.0" in refused.error
+    assert not refused.times and not refused.traceback  # refused before any child saw it
+    assert "do not hash to its name" in next(e.error for e in outcome.entries if e.workload.startswith("("))
+
+
+def test_a_suite_file_that_no_longer_imports_is_load_failed_not_missing(project, tmp_path):
+    broken = tmp_path / "compatsuite"
+    shutil.copytree(project["current"], broken)
+    # as if the suite now used a module that this compatfw lacks
+    (broken / "models.py").write_text((broken / "models.py").read_text() + "\nimport compatfw.removed\n")
+    outcome = compat.check(project["cfg"], str(project["v2"]), [str(broken)], "Stable")
+    assert {e.outcome for e in outcome.entries} == {"load_failed"} and len(outcome.entries) == 2
+    assert all("No module named 'compatfw.removed' (in import)" in e.error for e in outcome.entries)
+
+
+def test_no_stored_models_for_the_selection_fails_clearly(project, tmp_path):
+    with pytest.raises(UserError, match=r"no stored models saved by compatfw versions ==9\.9.*not a pass"):
+        compat.check(project["cfg"], str(project["v2"]), [str(project["suite"])], from_spec="==9.9")
+    cfg = config_module.load(cli={"db": str(tmp_path / "h.db")})
+    cfg.values["artifacts"] = str(tmp_path / "empty")
+    with pytest.raises(UserError, match="it holds: nothing"):
+        compat.check(cfg, str(project["v2"]), [str(project["suite"])])
+    with pytest.raises(UserError, match="--from 'not a version'"):
+        compat.check(project["cfg"], str(project["v2"]), [str(project["suite"])], from_spec="not a version")
+
+
+def test_a_read_only_store_refuses_a_run_but_serves_compat(project, tmp_path):
+    cfg = config_module.load(cli={"db": str(tmp_path / "h.db")})
+    cfg.values["artifacts_readonly"] = True
+    with pytest.raises(UserError, match="read-only"):
+        workflow.run(cfg, str(project["v1"]), [str(project["suite"])])
+    outcome = compat.check(cfg, str(project["v2"]), [str(project["current"])])
+    assert outcomes(outcome) == BACKWARD
+
+
+def test_cli_exit_codes_and_reports(project, tmp_path):
+    env = dict(os.environ)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "modelci.cli", "-q", "compat", "--target", str(project["v2"]),
+                               "--suite", str(project["current"]), *args], cwd=project["root"], env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    done = cli("--json", str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md"))
+    assert done.returncode == 1, done.stderr
+    assert "outputs_differ" in done.stdout and "KeyError" in done.stdout
+    assert json.loads((tmp_path / "c.json").read_text())["summary"]["load_failed"] == 1
+    assert (tmp_path / "c.md").read_text().startswith("# Compatibility")
+    assert cli("-k", "Stable").returncode == 0
+    nothing = cli("--from", "==9.9")
+    assert nothing.returncode == 2 and "not a pass" in nothing.stderr and "Traceback" not in nothing.stderr
+
+
+# -- pieces, without environments -----------------------------------------------------------------
+
+
+def test_folders_pack_to_the_same_bytes_and_unpack_safely(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    for folder, mtime in ((one, 1_000_000), (two, 2_000_000)):
+        (folder / "sub").mkdir(parents=True)
+        for name in ("b.txt", "a.txt", "sub/c.bin"):
+            (folder / name).write_bytes(name.encode() * 3)
+            os.utime(folder / name, (mtime, mtime))
+    data, layout = records.pack(one)
+    assert layout == "tar" and records.pack(two) == (data, "tar")
+    out = records.unpack(data, "tar", tmp_path / "out", "model")
+    assert (out / "sub" / "c.bin").read_bytes() == b"sub/c.bin" * 3
+
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w") as archive:
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = 2
+        archive.addfile(info, io.BytesIO(b"hi"))
+    with pytest.raises(tarfile.TarError):
+        records.unpack(evil.getvalue(), "tar", tmp_path / "evil", "model")
+    assert not (tmp_path / "evil" / "escaped.txt").exists()
+
+
+CRASHY = '''\
+import os, time
+import modelci
+
+
+class _W(modelci.Workload):
+    framework = "python"
+
+    def setup(self, ctx):
+        self.value = 1.0
+
+    def load(self, ctx, fmt, path):
+        self.value = float(open(path).read())
+
+    def infer(self, ctx):
+        return {"v": [self.value]}
+
+
+class Fine(_W):
+    pass
+
+
+class Aborts(_W):
+    def load(self, ctx, fmt, path):
+        os.abort()
+
+
+class Hangs(_W):
+    def load(self, ctx, fmt, path):
+        time.sleep(60)
+'''
+
+
+def test_a_model_that_kills_or_hangs_the_loader_is_a_finding_and_the_rest_still_load(tmp_path):
+    suite = tmp_path / "crashy"
+    suite.mkdir()
+    (suite / "models.py").write_text(CRASHY)
+    (tmp_path / "model").write_text("2.5")
+    names = ["Fine", "Aborts", "Fine", "Hangs", "Fine"]
+    jobs = [{"index": i, "workload": f"crashy/{n}", "format": "txt", "path": str(tmp_path / "model"), "seed": 0}
+            for i, n in enumerate(names)]
+    done = compat.run_jobs(Path(sys.executable), {"crashy": suite}, jobs, tmp_path / "jobs", timeout=3)
+    assert [done[i]["status"] for i in range(5)] == ["ok", "load_failed", "ok", "load_failed", "ok"]
+    assert "signal SIGABRT" in done[1]["reason"]
+    assert "killed after 3 s" in done[3]["reason"]
+    assert done[4]["outputs"]["v"]["shape"] == [1]
+
+
+def test_version_filter():
+    assert str(compat.version_filter(None, "2.0")) == "<2.0"
+    assert compat.version_filter("1.2", "2.0").contains("1.5") and not compat.version_filter("1.2", "2.0").contains("1.1")
+    assert compat.version_filter("==2.0", "2.0").contains("2.0")
+
+
+# -- real torch --------------------------------------------------------------------------------------
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_zoo_torch_models_saved_by_torch_2_13_load_and_match_in_the_same_version(tmp_path, monkeypatch):
+    """End to end with the real thing: torch 2.13.0 installed from the configured find-links, zoo:torch's LeNet
+    trained and saved in three formats, then loaded in torch 2.13.0 again by the compat child."""
+    for key in [k for k in os.environ if k.startswith("MODELCI_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    # the persistent cache of tests/e2e/test_zoo_frameworks.py: the torch environment is built once per machine
+    cache = Path(os.environ.get("MODELCI_TEST_CACHE", Path.home() / ".cache" / "modelci-tests"))
+    (tmp_path / "modelci.toml").write_text(f'cache_dir = "{cache}"\ntimeout = 900\nrunner = "test-runner"\n')
+    cfg = config_module.load()
+    try:
+        produced = workflow.run(cfg, "torch==2.13.0", ["zoo:torch"], "LeNet")
+    except UserError as exc:  # HarnessError too: uv could not install torch 2.13.0 from the configured indexes
+        pytest.skip(f"torch 2.13.0 cannot be installed here: {exc}")
+    (result,) = produced.results
+    assert result.status == "ok", result.reason + result.stderr_tail
+    assert {e["format"]: e["status"] for e in result.info["saved"]} == {
+        "state_dict": "ok", "torchscript": "ok", "torch_export": "ok"}
+
+    outcome = compat.check(cfg, "torch==2.13.0", ["zoo:torch"], "LeNet", from_spec="==2.13.0")
+    assert {(e.workload, e.format): e.outcome for e in outcome.entries} == {
+        ("torch/LeNet", "state_dict"): "ok", ("torch/LeNet", "torchscript"): "ok", ("torch/LeNet", "torch_export"): "ok"}
+    assert {e.producer["version"] for e in outcome.entries} == {e.consumer["version"] for e in outcome.entries}
+    assert all(e.numbers["inputs"]["match"] for e in outcome.entries)  # example_inputs() kept as arrays
+    unsafe = {e.format: e.unsafe for e in outcome.entries}
+    assert unsafe["state_dict"] is False and unsafe["torchscript"] is True
+    assert "executes code on load" in compat_report.markdown(outcome)

@@ -1,0 +1,90 @@
+"""Export bundles: reproduce.sh rebuilds the environment without Docker and gives the same outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from modelci import config as config_module
+from modelci import workflow
+from modelci.envs import export, lockfile, refs
+from modelci.errors import UserError
+from modelci.store import Store
+
+
+@pytest.fixture
+def exported(fake_project, tmp_path):
+    cfg = config_module.load()
+    outcome = workflow.run(cfg, str(fake_project.v10), [str(fake_project.suite)], "Precision")
+    record = refs.from_run(Store(cfg.db, cfg.artifacts), outcome.run_id)
+    bundle = export.export(record, tmp_path / "bundle", cfg.root, {"seed": cfg.seed, "timeout": cfg.timeout})
+    return fake_project, outcome, bundle
+
+
+def test_reproduce_sh_gives_the_same_outputs_in_the_same_environment(exported, tmp_path):
+    project, outcome, bundle = exported
+    manifest = export.read_manifest(bundle.path)
+    assert bundle.notes == []
+    assert manifest["environment"] == outcome.environment.id and manifest["run"] == outcome.run_id
+    expected = manifest["results"]["fakesuite/Precision"]["outputs"]
+    assert set(expected) == {"prediction", "scaled"}
+
+    empty = tmp_path / "no-wheels-here"
+    empty.mkdir()
+    env = {k: v for k, v in project.env.items() if not k.startswith("MODELCI_")}
+    # another cache and an empty find-links folder: everything must come from the bundle
+    env.update(MODELCI=f"{sys.executable} -m modelci.cli", MODELCI_CACHE_DIR=str(tmp_path / "other-cache"),
+               MODELCI_FIND_LINKS=str(empty), PIP_NO_INDEX="1")
+    proc = subprocess.run([str(bundle.path / "reproduce.sh")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    db = sqlite3.connect(bundle.path / "reproduced" / "history.db")
+    try:
+        (environment_id,) = db.execute("select environment_id from runs").fetchone()
+        outputs = dict(db.execute("select name, sha256 from outputs").fetchall())
+    finally:
+        db.close()
+    assert environment_id == outcome.environment.id
+    assert outputs == expected
+
+
+def test_bundle_files_carry_their_schemas(exported):
+    _, outcome, bundle = exported
+    lock = lockfile.read(bundle.path / "lock.txt")
+    assert lock.environment == outcome.environment.id and lock.target == "fakefw==1.0"
+    assert lock.wheels[0]["path"] == str(bundle.path / "wheels" / "fakefw-1.0-py3-none-any.whl")
+    fingerprint = json.loads((bundle.path / "fingerprint.json").read_text())
+    assert fingerprint["schema"] == outcome.environment.fingerprint["schema"]
+    dockerfile = (bundle.path / "Dockerfile").read_text()
+    assert f"python:{fingerprint['python']}-slim" in dockerfile and "uv pip sync" in dockerfile
+    assert os.access(bundle.path / "reproduce.sh", os.X_OK)
+
+    manifest = bundle.path / "bundle.json"
+    data = json.loads(manifest.read_text())
+    data["schema"] = "modelci.bundle/2"
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(UserError, match="has schema 'modelci.bundle/2'; this modelci reads 'modelci.bundle/1'"):
+        export.read_manifest(bundle.path)
+    (bundle.path / "fingerprint.json").write_text(json.dumps({**fingerprint, "schema": 99}))
+    with pytest.raises(UserError, match="fingerprint schema 99"):
+        refs.resolve(str(bundle.path), store=None, cache_dir=bundle.path)
+
+
+def test_export_refuses_what_it_cannot_reproduce(exported, tmp_path):
+    project, outcome, bundle = exported
+    cfg = config_module.load()
+    record = refs.from_run(Store(cfg.db, cfg.artifacts), outcome.run_id)
+    with pytest.raises(UserError, match="is not empty"):
+        export.export(record, bundle.path, cfg.root, {})
+    record.run["target_kind"] = "current"
+    with pytest.raises(UserError, match="used the `current` interpreter"):
+        export.export(record, tmp_path / "b2", cfg.root, {})
+    record.run = None
+    with pytest.raises(UserError, match="is not a run"):
+        export.export(record, tmp_path / "b3", cfg.root, {})

@@ -1,0 +1,227 @@
+"""Fork isolation (issue 9): a warm worker per environment forks each workload; results as with spawn.
+
+Real uv environments with the fakefw wheels, real workers and children, real signals; no mocks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import modelci
+from modelci import config as config_module
+from modelci import targets, workflow
+from modelci.errors import UserError
+from modelci.execute import forked
+from modelci.execute.local import WorkloadInfo
+from modelci.workload import npy
+
+ZOO_NUMPY = Path(modelci.__file__).resolve().parent / "zoo" / "numpy"
+
+TINY_SUITE = '''\
+import modelci
+
+
+class Tiny{n}(modelci.Workload):
+    framework = "numpy"
+    steps = 1
+    repeats = 1
+    warmup = 0
+
+    def setup(self, ctx):
+        import numpy as np
+        self.x = np.arange(8.0) * (ctx.seed + {n})
+
+    def train_step(self, ctx, step):
+        return float(self.x.sum())
+
+    def infer(self, ctx):
+        return {{"y": self.x * 2}}
+'''
+
+
+def outputs_bytes(result) -> dict[str, bytes]:
+    """Each output array as its exact .npy bytes (dtype, shape and every bit of the data)."""
+    return {name: npy.to_bytes(array) for name, array in result.outputs.items()}
+
+
+def run_both(fake_project, target: str, pattern: str | None = None) -> dict[str, dict]:
+    """One `workflow.run` per isolation mode; returns mode -> workload -> result."""
+    by_mode = {}
+    for mode in ("fork", "spawn"):
+        cfg = config_module.load(cli={"isolation": mode})
+        outcome = workflow.run(cfg, target, [str(fake_project.suite)], pattern)
+        by_mode[mode] = {r.workload: r for r in outcome.results}
+    return by_mode
+
+
+def executor_results(python: Path, suites: dict[str, Path], scratch: Path, mode: str, **kwargs) -> dict:
+    """Discover and run every workload of `suites` with one Executor; returns workload -> result."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    with forked.Executor(python, scratch, isolation=mode, threads=1, **kwargs) as executor:
+        found = executor.discover(suites)
+        return {w["id"]: executor.run_workload(suites, WorkloadInfo.from_json(w), timeout=120)
+                for w in found["workloads"]}
+
+
+def fakefw_env(fake_project, version: str):
+    cfg = config_module.load()
+    wheel = fake_project.v10 if version == "1.0" else fake_project.v11
+    return workflow.environment_for(cfg, targets.resolve(str(wheel)), log=lambda _: None)
+
+
+def test_fork_and_spawn_give_bit_identical_results_on_fakefw(fake_project):
+    by_mode = run_both(fake_project, str(fake_project.v10))
+
+    fork, spawn = by_mode["fork"], by_mode["spawn"]
+    assert set(fork) == set(spawn) and len(fork) == 6
+    for workload, result in fork.items():
+        other = spawn[workload]
+        assert result.status == other.status == "ok", (workload, result.reason, other.reason)
+        assert result.info["isolation"] == "fork" and other.info["isolation"] == "spawn"
+        assert outputs_bytes(result) == outputs_bytes(other), workload
+        assert result.metrics["loss"].values == other.metrics["loss"].values, workload
+        assert result.info["modules"] == other.info["modules"], workload
+
+
+def test_fork_and_spawn_give_bit_identical_outputs_and_comparable_memory_on_zoo_numpy(tmp_path):
+    suites = {"numpy": ZOO_NUMPY}
+    # target `current`: the workloads run in this interpreter's environment
+    fork = executor_results(Path(sys.executable), suites, tmp_path / "fork", "fork")
+    spawn = executor_results(Path(sys.executable), suites, tmp_path / "spawn", "spawn")
+
+    assert set(fork) == set(spawn) and len(fork) >= 6
+    for workload, result in fork.items():
+        other = spawn[workload]
+        assert result.status == other.status == "ok", (workload, result.reason, other.reason)
+        assert result.info["isolation"] == "fork", result.info.get("isolation_reason")
+        assert outputs_bytes(result) == outputs_bytes(other), workload
+        assert result.metrics["loss"].values == other.metrics["loss"].values, workload
+        # the child maps in the pages the worker's import touched, so its peak RSS is a spawned child's
+        ratio = result.metrics["mem.peak_rss"].values[0] / other.metrics["mem.peak_rss"].values[0]
+        assert 0.9 < ratio < 1.1, (workload, ratio)
+        assert result.info["worker_rss"] > 0
+
+
+def test_fork_mode_reports_failed_crashed_and_timeout_like_spawn(fake_project, tmp_path):
+    env = fakefw_env(fake_project, "1.1")
+    suites = {"fakesuite": fake_project.suite}
+    with forked.Executor(env.python, tmp_path, isolation="fork") as executor:
+        found = {w["name"]: WorkloadInfo.from_json(w) for w in executor.discover(suites)["workloads"]}
+        worker_pid = executor.worker.pid
+        results = {name: executor.run_workload(suites, found[name], timeout=3)
+                   for name in ("Raises", "Aborts", "Hangs", "Stable")}
+        hung_pid = executor.child_pid
+        # crashes and timeouts kill the child, never the worker
+        assert executor.worker.pid == worker_pid
+
+    for result in results.values():
+        assert result.info["isolation"] == "fork"
+    assert results["Raises"].status == "failed"
+    assert "validate() rejects a valid input" in results["Raises"].reason
+    assert "Traceback" in results["Raises"].traceback
+    assert results["Aborts"].status == "crashed" and "SIGABRT" in results["Aborts"].reason
+    assert "fused_update" in results["Aborts"].stderr_tail  # faulthandler wrote into the child's stderr file
+    assert results["Hangs"].status == "timeout" and "after 3 s" in results["Hangs"].reason
+    assert 3 <= results["Hangs"].duration < 30
+    assert results["Stable"].status == "ok"
+    assert not alive(hung_pid)
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            state = next(line for line in fh if line.startswith("State:"))
+    except (FileNotFoundError, StopIteration):
+        return False
+    return " Z " not in state and "zombie" not in state
+
+
+def test_a_worker_that_dies_makes_the_running_workload_crashed_and_is_restarted(fake_project, tmp_path):
+    env = fakefw_env(fake_project, "1.1")
+    suites = {"fakesuite": fake_project.suite}
+    with forked.Executor(env.python, tmp_path, isolation="fork") as executor:
+        found = {w["name"]: WorkloadInfo.from_json(w) for w in executor.discover(suites)["workloads"]}
+        first_worker = executor.worker.pid
+        killer = threading.Timer(1.0, os.kill, (first_worker, signal.SIGKILL))
+        killer.start()
+        try:
+            hangs = executor.run_workload(suites, found["Hangs"], timeout=60)
+        finally:
+            killer.cancel()
+        orphan = executor.child_pid
+        stable = executor.run_workload(suites, found["Stable"], timeout=60)
+        second_worker = executor.worker.pid
+
+    assert hangs.status == "crashed" and "worker process died" in hangs.reason
+    assert "SIGKILL" in hangs.reason
+    assert hangs.duration < 30
+    assert not alive(orphan)  # the child of the dead worker was killed, not left running
+    assert stable.status == "ok" and stable.info["isolation"] == "fork"
+    assert second_worker != first_worker
+
+
+def test_fork_is_faster_per_workload_than_spawn(tmp_path):
+    suite = tmp_path / "tiny"
+    suite.mkdir()
+    for n in range(4):
+        (suite / f"tiny{n}.py").write_text(TINY_SUITE.format(n=n))
+    suites = {"tiny": suite}
+    durations = {}
+    for mode in ("spawn", "fork"):
+        results = executor_results(Path(sys.executable), suites, tmp_path / mode, mode)
+        assert all(r.status == "ok" for r in results.values())
+        durations[mode] = sorted(r.duration for r in results.values())
+    # no timed threshold: a loaded runner slows both; only the order is asserted
+    assert durations["fork"][len(durations["fork"]) // 2] < durations["spawn"][len(durations["spawn"]) // 2]
+
+
+def test_fork_falls_back_to_spawn_where_forking_is_unsafe(tmp_path, monkeypatch):
+    suite = tmp_path / "multi"
+    suite.mkdir()
+    (suite / "ranks.py").write_text(TINY_SUITE.format(n=0) + "\n\nclass TwoRanks(Tiny0):\n    devices = 2\n")
+    suites = {"multi": suite}
+
+    results = executor_results(Path(sys.executable), suites, tmp_path / "devices", "fork")
+    assert results["multi/Tiny0"].info["isolation"] == "fork"
+    assert results["multi/TwoRanks"].info["isolation"] == "spawn"
+    assert "devices = 2" in results["multi/TwoRanks"].info["isolation_reason"]
+
+    results = executor_results(Path(sys.executable), suites, tmp_path / "spawn", "spawn")
+    assert {r.info["isolation"] for r in results.values()} == {"spawn"}
+
+    # threads = 0 leaves OpenBLAS its own pool: the worker's `import numpy` starts a thread, so no fork
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    scratch = tmp_path / "threads"
+    scratch.mkdir()
+    with forked.Executor(Path(sys.executable), scratch, isolation="fork", threads=0) as executor:
+        found = executor.discover(suites)
+        result = executor.run_workload(suites, WorkloadInfo.from_json(found["workloads"][0]), timeout=120)
+        assert executor.isolation == "spawn"
+    assert result.status == "ok" and result.info["isolation"] == "spawn"
+    assert "thread" in result.info["isolation_reason"]
+
+
+def test_isolation_option_is_a_choice(fake_project):
+    assert config_module.load().isolation == "fork"
+    assert config_module.load(cli={"isolation": "spawn"}).isolation == "spawn"
+    with pytest.raises(UserError, match="must be one of fork, spawn"):
+        config_module.load(environ={"MODELCI_ISOLATION": "threads"})
+
+
+def test_run_outcome_times_the_harness_steps(fake_project):
+    cfg = config_module.load()
+    started = time.perf_counter()
+    outcome = workflow.run(cfg, str(fake_project.v10), [str(fake_project.suite)], "Stable")
+    wall = time.perf_counter() - started
+    steps = ("environment", "discovery", "execute", "ingest", "checks", "worker_start")
+    assert set(steps) <= set(outcome.timings)
+    assert all(outcome.timings[s] >= 0 for s in steps)
+    assert sum(outcome.timings[s] for s in steps if s != "worker_start") <= wall

@@ -1,0 +1,164 @@
+"""Git-commit targets (issue 3, part 6): a real repository made in the test, built three ways, cached by commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakerepo import FakeRepo, broken_pyproject, offline_environment, write_project, write_suite
+
+from modelci import builds, envs, targets, workflow
+from modelci import config as config_module
+from modelci.errors import UserError
+from modelci.gitrepo import GitRepo
+from modelci.store import Store
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A repository with a good commit, a numeric change and a commit that does not build."""
+    repo = FakeRepo(tmp_path / "repo")
+    shas = {"good": repo.commit("Initial fakefw"),
+            "scaled": repo.commit("Scale the output layer", scale=1.5),
+            "broken": repo.commit("Break the packaging", pyproject=broken_pyproject())}
+    suite = write_suite(tmp_path / "suite")
+    config = write_project(tmp_path / "project", tmp_path / "cache")
+    with offline_environment() as patch:
+        patch.chdir(tmp_path / "project")
+        yield {"repo": repo, "shas": shas, "suite": suite, "cache": tmp_path / "cache",
+               "cfg": config_module.load(config_file=config), "root": tmp_path}
+
+
+def test_spec_round_trip():
+    spec = targets.git_spec("/src/fw", "v1.2", "make wheel && cp dist/*.whl $MODELCI_DIST_DIR", "python")
+    assert targets.parse_git_spec(spec) == ("/src/fw", "v1.2", {
+        "build": "make wheel && cp dist/*.whl $MODELCI_DIST_DIR", "subdirectory": "python"})
+    assert targets.parse_git_spec("git+ssh://git@host/fw.git@main") == ("ssh://git@host/fw.git", "main", {})
+    assert targets.parse_git_spec("git+https://host/fw.git") == ("https://host/fw.git", "HEAD", {})
+    with pytest.raises(UserError, match="unknown option"):
+        targets.parse_git_spec("git+/src/fw@main#bulid=wheel")
+
+
+def test_pythonpath_target_imports_the_package_from_the_checkout(project):
+    spec = targets.git_spec(str(project["repo"].path), "HEAD~1", "pythonpath")
+    outcome = workflow.run(project["cfg"], spec, [str(project["suite"])], "Numeric")
+
+    target = outcome.target
+    assert target.kind == "git" and target.commit == project["shas"]["scaled"]
+    assert target.subject == "Scale the output layer" and target.commit_date.startswith("2024-01-01T")
+    assert target.version == f"1.0+g{target.commit[:12]}"
+    assert [r.status for r in outcome.results] == ["ok"]
+    assert list(outcome.results[0].outputs["y"]) == [0.75, -1.875, 3.0]  # scale 1.5: the checkout's code ran
+    where = subprocess.run([str(outcome.environment.python), "-c", "import fakefw; print(fakefw.__file__)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert where == str(project["cache"] / "worktrees" / target.commit / "fakefw" / "__init__.py")
+    # the history records the commit, its date and subject
+    stored = Store(project["cfg"].db, project["cfg"].artifacts).run(outcome.run_id).row.target
+    assert (stored.commit, stored.subject) == (target.commit, "Scale the output layer")
+
+
+def test_each_commit_gets_its_own_environment(project):
+    repo = str(project["repo"].path)
+    a = workflow.run(project["cfg"], targets.git_spec(repo, project["shas"]["good"], "pythonpath"),
+                     [str(project["suite"])], "Numeric")
+    b = workflow.run(project["cfg"], targets.git_spec(repo, project["shas"]["scaled"], "pythonpath"),
+                     [str(project["suite"])], "Numeric")
+    assert a.environment.id != b.environment.id
+    assert list(a.results[0].outputs["y"]) == [0.5, -1.25, 2.0]
+    assert b.comparisons[0].baseline.id == a.results[0].id, "the earlier commit is the baseline"
+    assert any(f.check == "precision" and f.verdict == "regression" for f in b.comparisons[0].findings)
+
+
+def test_wheel_build_is_cached_by_commit_and_valid_only_when_complete(project):
+    target = targets.resolve(targets.git_spec(str(project["repo"].path), project["shas"]["good"]),
+                             cache_dir=project["cache"])
+    python = project["cfg"].python
+    lines = []
+    [wheel] = builds.prepare(target, project["cache"], python=python, index=envs.IndexConfig.from_pip(),
+                             log=lines.append)
+    assert Path(wheel).name == "fakefw-1.0-py3-none-any.whl" and target.version == "1.0"
+    assert any(line.startswith("building commit") for line in lines)
+
+    lines.clear()
+    assert builds.prepare(target, project["cache"], python=python, log=lines.append) == [wheel]
+    assert lines == [], "a cached build is not built again"
+
+    # a build folder without its build.json (a killed build) is not taken for a build
+    folder, _ = builds.build_dir(target, project["cache"], python)
+    (folder / "build.json").unlink()
+    assert not builds.is_built(target, project["cache"], python)
+    builds.prepare(target, project["cache"], python=python, log=lines.append)
+    assert any(line.startswith("building commit") for line in lines)
+    assert json.loads((folder / "build.json").read_text())["commit"] == target.commit
+
+
+def test_a_commit_that_does_not_build_gives_error_results_not_a_stopped_run(project):
+    spec = targets.git_spec(str(project["repo"].path), project["shas"]["broken"])
+    outcome = workflow.run(project["cfg"], spec, [str(project["suite"])], "Numeric")
+
+    [result] = outcome.results
+    assert result.workload == "suite/Numeric" and result.status == "error"
+    assert "did not build" in result.reason and project["shas"]["broken"][:12] in result.reason
+    assert "pyproject.toml" in result.stderr_tail, "the build log tail is kept"
+    assert outcome.run_id is not None and workflow.failed(outcome)
+    target = targets.resolve(spec, cache_dir=project["cache"])
+    assert builds.remembered_failure(target, project["cache"], project["cfg"].python) is not None
+
+    # every selected workload gets its error result
+    everything = workflow.run(project["cfg"], spec, [str(project["suite"])])
+    assert sorted(r.workload for r in everything.results) == [
+        "suite/Crash", "suite/Noisy", "suite/Numeric", "suite/SavedModel", "suite/Slow"]
+
+
+def test_custom_build_command(project):
+    make = ('"$PYTHON" -c "import os, sys; sys.path.insert(0, \'_build\'); import fakebackend; '
+            'fakebackend.build_wheel(os.environ[\'MODELCI_DIST_DIR\'])"')
+    spec = targets.git_spec(str(project["repo"].path), project["shas"]["scaled"], make)
+    outcome = workflow.run(project["cfg"], spec, [str(project["suite"])], "Numeric")
+    assert [r.status for r in outcome.results] == ["ok"]
+    assert list(outcome.results[0].outputs["y"]) == [0.75, -1.875, 3.0]
+
+    failing = targets.git_spec(str(project["repo"].path), project["shas"]["scaled"], "echo compiling; exit 3")
+    outcome = workflow.run(project["cfg"], failing, [str(project["suite"])], "Numeric")
+    [result] = outcome.results
+    assert result.status == "error" and "the build command 'echo compiling; exit 3'" in result.reason
+    assert "exit code 3" in result.reason and "compiling" in result.stderr_tail
+
+
+def test_bad_refs_and_unreachable_repositories_are_named(project, tmp_path):
+    with pytest.raises(UserError, match="ref 'no-such-branch' does not exist in repository"):
+        targets.resolve(targets.git_spec(str(project["repo"].path), "no-such-branch"), cache_dir=project["cache"])
+    with pytest.raises(UserError, match="no git repository there"):
+        targets.resolve(f"git+{tmp_path}/nowhere@main", cache_dir=project["cache"])
+    with pytest.raises(UserError, match="cannot be reached"):
+        GitRepo("https://127.0.0.1:9/fw.git", project["cache"]).sync()
+
+
+def test_run_cli_takes_repo_and_ref(project):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelci.cli", "run", "--repo", str(project["repo"].path), "--ref", "HEAD",
+         "--build", "pythonpath", "--suite", str(project["suite"]), "-k", "Numeric"],
+        cwd=project["root"] / "project", env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr  # HEAD does not build: an error result, exit 1, no traceback
+    assert "Traceback" not in proc.stderr and "did not build" in proc.stdout + proc.stderr
+
+    bad = subprocess.run([sys.executable, "-m", "modelci.cli", "run", "--repo", str(project["repo"].path),
+                          "--ref", "v0", "--suite", str(project["suite"])],
+                         cwd=project["root"] / "project", env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "ref 'v0' does not exist" in bad.stderr
+
+
+def test_declared_workloads_are_read_without_importing(tmp_path):
+    suite = write_suite(tmp_path / "suite")
+    (suite / "named.py").write_text("import modelci\nimport missing_framework\n\n"
+                                    "class Base(modelci.Workload):\n    pass\n\n"
+                                    "class Child(Base):\n    name = 'renamed'\n")
+    ids = [w for w, _ in builds.declared_workloads({"suite": suite})]
+    assert ids == ["suite/Numeric", "suite/Slow", "suite/Crash", "suite/SavedModel", "suite/Noisy",
+                   "suite/Base", "suite/renamed"]
+    assert [w for w, _ in builds.declared_workloads({"suite": suite}, "renamed")] == ["suite/renamed"]

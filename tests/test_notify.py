@@ -1,0 +1,262 @@
+"""Notifiers against real servers on 127.0.0.1 (an http.server webhook receiver, an aiosmtpd SMTP server), and the
+JUnit and Markdown reports."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import xml.etree.ElementTree as ET
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult
+from alarm_history import History, timed
+
+from modelci import cli
+from modelci.alarms import lifecycle, notify
+from modelci.records import Result
+from modelci.report import junit, markdown
+
+SLOW = "suite/Slow"
+
+
+class Receiver:
+    """A webhook receiver: answers each POST with the next status of `statuses` (then 200) and keeps the bodies."""
+
+    def __init__(self, statuses=()):
+        self.statuses = list(statuses)
+        self.posts: list[dict] = []
+        self.headers: list[dict] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - the http.server spelling
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                if status == 200:
+                    receiver.posts.append(json.loads(body))
+                    receiver.headers.append(dict(self.headers))
+                self.send_response(status)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/T000/B000/secret-token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    server = Receiver()
+    yield server
+    server.close()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Mailbox:
+    """An aiosmtpd handler keeping every message."""
+
+    def __init__(self):
+        self.messages: list = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 - the aiosmtpd spelling
+        self.messages.append(envelope)
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp_server():
+    mailbox = Mailbox()
+
+    def authenticator(server, session, envelope, mechanism, auth_data):
+        ok = auth_data.login == b"modelci" and auth_data.password == b"s3cret"
+        return AuthResult(success=ok, handled=False)  # handled=False: the server itself answers 535
+
+    controller = Controller(mailbox, hostname="127.0.0.1", port=free_port(), authenticator=authenticator,
+                            auth_require_tls=False)
+    controller.start()
+    yield controller.port, mailbox
+    controller.stop()
+
+
+WEBHOOK = '[[notify]]\nkind = "webhook"\nurl_env = "TEST_HOOK_URL"\nbackoff = 0.01\n'
+
+
+def slow_then_fixed(history: History) -> list:
+    """1.0 fine, 1.1 slower (alarm opens), 1.2 as slow (same alarm), 1.3 fixed (it recovers)."""
+    return [history.run(v, [timed(SLOW, t, seed=i)]) for i, (v, t) in
+            enumerate([("1.0", 0.10), ("1.1", 0.13), ("1.2", 0.13), ("1.3", 0.10)])]
+
+
+def test_webhook_posts_slack_compatible_json_when_an_alarm_opens_and_recovers_only(tmp_path, receiver, monkeypatch):
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    history = History(tmp_path / "p", WEBHOOK)
+    outcomes = slow_then_fixed(history)
+    assert [len(o.alarms.deliveries) for o in outcomes] == [0, 1, 0, 1]
+    opened, recovered = receiver.posts
+    assert receiver.headers[0]["Content-Type"] == "application/json"
+    assert isinstance(opened["text"], str) and "OPENED" in opened["text"] and "suite/Slow" in opened["text"]
+    assert "*fw==1.1 on ci*" in opened["text"]
+    (event,) = opened["modelci"]["events"]
+    assert (event["event"], event["metric"], event["target"]) == ("open", "time.infer", "fw==1.1")
+    assert "RECOVERED" in recovered["text"] and recovered["modelci"]["events"][0]["event"] == "recovered"
+    alarm = lifecycle.list_alarms(history.store)[0]
+    log = [e["event"] for e in lifecycle.get_alarm(history.store, alarm.id).events]
+    assert log == ["opened", "notified", "seen", "recovered", "notified"]
+
+
+def test_a_failing_webhook_is_retried_with_backoff(tmp_path, monkeypatch):
+    server = Receiver(statuses=[503, 502])
+    try:
+        monkeypatch.setenv("TEST_HOOK_URL", server.url)
+        history = History(tmp_path / "p", WEBHOOK)
+        waits: list[float] = []
+        events = slow_then_fixed(history)[1].alarms.events
+        server.statuses = [503, 502]
+        (delivery,) = notify.deliver(history.config, events, sleep=waits.append)
+        assert delivery.ok and delivery.attempts == 3 and waits == [0.01, 0.02]
+        server.statuses = [404]
+        (refused,) = notify.deliver(history.config, events, sleep=waits.append)
+        assert not refused.ok and refused.attempts == 1 and "HTTP 404" in refused.error
+    finally:
+        server.close()
+
+
+def test_unreachable_webhook_and_smtp_server_are_reported_by_name_and_the_run_is_stored(tmp_path, monkeypatch, caplog):
+    hook_port, smtp_port = free_port(), free_port()
+    monkeypatch.setenv("TEST_HOOK_URL", f"http://127.0.0.1:{hook_port}/hooks/secret-token")
+    toml = (WEBHOOK + "retries = 1\n" + f'[[notify]]\nkind = "email"\nhost = "127.0.0.1"\nport = {smtp_port}\n'
+            'to = ["oncall@example.com"]\nretries = 0\ntimeout = 2\n')
+    history = History(tmp_path / "p", toml)
+    history.run("1.0", [timed(SLOW, 0.10)])
+    with caplog.at_level(logging.WARNING, logger="modelci.alarms"):
+        outcome = history.run("1.1", [timed(SLOW, 0.13, seed=1)])
+    webhook, email = outcome.alarms.failed_deliveries
+    assert webhook.attempts == 2 and "URL from $TEST_HOOK_URL" in webhook.error
+    assert f"host 127.0.0.1:{hook_port} unreachable" in webhook.error and "secret-token" not in webhook.error
+    assert email.attempts == 1 and f"SMTP server 127.0.0.1:{smtp_port} unreachable" in email.error
+    assert "notification not delivered (the run is stored)" in caplog.text and f"{smtp_port}" in caplog.text
+    # the run and its alarm are stored; the failure is in the alarm's record
+    assert history.store.run(outcome.run_id).row.status == "complete"
+    (alarm,) = lifecycle.list_alarms(history.store)
+    assert [e["event"] for e in lifecycle.get_alarm(history.store, alarm.id).events] == [
+        "opened", "notify-failed", "notify-failed"]
+
+
+def test_a_missing_secret_is_named_and_not_retried(tmp_path, monkeypatch):
+    monkeypatch.delenv("TEST_HOOK_URL", raising=False)
+    history = History(tmp_path / "p", WEBHOOK)
+    (delivery,) = slow_then_fixed(history)[1].alarms.deliveries
+    assert not delivery.ok and delivery.attempts == 1
+    assert "environment variable TEST_HOOK_URL is not set" in delivery.error
+
+
+def test_email_through_a_real_smtp_server_with_login(tmp_path, smtp_server, monkeypatch):
+    port, mailbox = smtp_server
+    monkeypatch.setenv("TEST_SMTP_PASSWORD", "s3cret")
+    history = History(tmp_path / "p", f'[[notify]]\nkind = "email"\nhost = "127.0.0.1"\nport = {port}\n'
+                                      'sender = "modelci@ci.example.com"\nto = ["a@example.com", "b@example.com"]\n'
+                                      'username = "modelci"\npassword_env = "TEST_SMTP_PASSWORD"\n')
+    outcomes = slow_then_fixed(history)
+    assert len(mailbox.messages) == 2
+    first = mailbox.messages[0]
+    assert first.mail_from == "modelci@ci.example.com" and first.rcpt_tos == ["a@example.com", "b@example.com"]
+    text = first.content.decode()
+    assert "Subject: modelci: 1 alarm opened on fw==1.1 (runner ci)" in text and "time.infer" in text
+    # a wrong password is a clear failure, not retried
+    monkeypatch.setenv("TEST_SMTP_PASSWORD", "wrong")
+    (refused,) = notify.deliver(history.config, outcomes[1].alarms.events)
+    assert not refused.ok and refused.attempts == 1 and "refused the login of 'modelci'" in refused.error
+
+
+def test_markdown_and_junit_notifiers_write_on_every_run(tmp_path, monkeypatch):
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("# earlier step\n")
+    monkeypatch.setenv("TEST_STEP_SUMMARY", str(summary))
+    history = History(tmp_path / "p", '[[notify]]\nkind = "markdown"\npath_env = "TEST_STEP_SUMMARY"\n'
+                                      f'[[notify]]\nkind = "junit"\npath = "{tmp_path / "junit.xml"}"\n')
+    history.run("1.0", [timed(SLOW, 0.10)])
+    history.run("1.1", [timed(SLOW, 0.13, seed=1)])
+    text = summary.read_text()
+    assert text.startswith("# earlier step\n") and text.count("## modelci:") == 2
+    assert "🚨 opened alarm #1" in text
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    assert root.find("testsuite").get("name") == "modelci run fw==1.1 on ci"
+
+
+def judged(tmp_path) -> object:
+    history = History(tmp_path / "p")
+    history.run("1.0", [timed(SLOW, 0.10), timed("suite/Raises", 0.1), timed("suite/Pipe|Name", 0.1)])
+    skipped = Result(workload="suite/Skips", status="skipped", reason="no GPU")
+    return history.run("1.1", [timed(SLOW, 0.13, seed=1),
+                               timed("suite/Raises", status="failed", reason="RuntimeError: boom"),
+                               timed("suite/Pipe|Name", 0.1, seed=2), skipped,
+                               Result(workload="suite/broken.py", status="error", reason="line 4: ValueError")])
+
+
+def test_junit_has_one_case_per_workload_and_check(tmp_path):
+    path = tmp_path / "junit.xml"
+    junit.write(path, junit.run_xml(judged(tmp_path)))
+    root = ET.parse(path).getroot()
+    suite = root.find("testsuite")
+    cases = {(c.get("classname"), c.get("name")): c for c in suite.iter("testcase")}
+    assert set(cases) >= {("suite.Slow", "status"), ("suite.Slow", "timing"), ("suite.Slow", "curve"),
+                          ("suite.Slow", "memory"), ("suite.Raises", "status"), ("suite.Skips", "status"),
+                          ("suite.broken_py", "status")}
+    assert ("suite.Raises", "timing") not in cases  # a failed workload has nothing else to judge
+    assert "time.infer" in cases[("suite.Slow", "timing")].find("failure").get("message")
+    assert cases[("suite.Slow", "curve")].find("failure") is None
+    assert cases[("suite.Raises", "status")].find("failure").get("message") == "failed: RuntimeError: boom"
+    assert cases[("suite.broken_py", "status")].find("error") is not None
+    assert cases[("suite.Skips", "status")].find("skipped").get("message") == "no GPU"
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("2", "1", "1")
+    assert int(suite.get("tests")) == len(cases) and root.get("tests") == suite.get("tests")
+
+
+def test_markdown_summary_puts_problems_first_and_escapes_cells(tmp_path):
+    text = markdown.run_summary(judged(tmp_path))
+    assert text.startswith("## modelci: ❌ regression or failure on `fw==1.1`")
+    rows = [line for line in text.splitlines() if line.startswith("| `suite/")]
+    assert [r.split("`")[1] for r in rows][:3] == ["suite/Raises", "suite/Slow", "suite/broken.py"]
+    assert "🔴 **timing** time.infer" in text and "RuntimeError: boom" in text
+    assert "`suite/Pipe\\|Name`" in text  # a pipe in a name must not split the table row
+    assert "### Alarms" in text and "<details><summary>All findings</summary>" in text
+
+
+def test_cli_compare_and_run_write_junit_and_markdown_and_notify_on_open(fake_project, receiver, monkeypatch, capsys):
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    toml = fake_project.root / "modelci.toml"
+    toml.write_text(toml.read_text() + WEBHOOK)
+    files = fake_project.root
+    args = ["--suite", str(fake_project.suite), "-k", "Slow", "--junit", str(files / "c.xml"),
+            "--markdown", str(files / "c.md")]
+    assert cli.main(["compare", str(fake_project.v10), str(fake_project.v11), *args]) == 1
+    suite = ET.parse(files / "c.xml").getroot().find("testsuite")
+    assert suite.get("name").startswith("modelci compare fakefw==1.0") and suite.get("failures") == "1"
+    assert "B regresses against A" in (files / "c.md").read_text()
+    # compare ran 1.0 then 1.1: the 1.1 run opened the timing alarm, and the webhook heard about it once
+    (post,) = receiver.posts
+    assert "fakesuite/Slow timing:time.infer" in post["text"]
+    capsys.readouterr()
+    assert cli.main(["run", "--target", str(fake_project.v11), "--suite", str(fake_project.suite), "-k", "Slow",
+                     "--junit", str(files / "r.xml"), "--markdown", str(files / "r.md")]) == 1
+    assert ET.parse(files / "r.xml").getroot().find("testsuite").get("name").startswith("modelci run fakefw==1.1")
+    assert "fakesuite/Slow" in (files / "r.md").read_text()
+    assert len(receiver.posts) == 1  # the alarm was already open: no second message

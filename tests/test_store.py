@@ -1,0 +1,120 @@
+"""The history store: a run ingested in bulk reads back whole, and `series` returns one metric across runs.
+
+A real SQLite file and a real artifact folder in a temp dir.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modelci import targets
+from modelci.envs import Environment
+from modelci.records import Metric, Result
+from modelci.store import Store
+
+T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(str(tmp_path / "history.db"), str(tmp_path / "artifacts"))
+
+
+def environment(env_id: str = "env-1") -> Environment:
+    return Environment(id=env_id, path=None, python=Path("/usr/bin/python3"), spec=None, lock="fw==1.0\n",
+                       fingerprint={"python": "3.11"}, isolated=True)
+
+
+def result(workload: str, scale: float, *, status: str = "ok", shared: np.ndarray | None = None) -> Result:
+    """A result with three sample metrics, a loss curve and two outputs (one of them maybe shared)."""
+    outputs = {"prediction": np.arange(12, dtype=np.float32).reshape(4, 3) * scale,
+               "shared": shared if shared is not None else np.full(3, scale)}
+    return Result(
+        workload=workload, status=status, code_hash="abc", framework="numpy", domain="vision", duration=1.5,
+        reason="" if status == "ok" else "it broke", stderr_tail="tail", info={"python": "3.11"},
+        metrics={"time.infer": Metric("time.infer", "samples", [0.3 * scale, 0.1 * scale, 0.2 * scale], "s"),
+                 "mem.peak_rss": Metric("mem.peak_rss", "samples", [1e8 * scale], "bytes"),
+                 "loss": Metric("loss", "curve", [1.0, 0.5, 0.25 * scale])},
+        outputs=outputs,
+    )
+
+
+def ingest(store: Store, version: str, results: list[Result], *, runner: str = "cpu", minutes: int = 0) -> int:
+    return store.ingest(target=targets.resolve(f"fw=={version}"), environment=environment(), runner=runner,
+                        results=results, suites=["suite"], started_at=T0 + timedelta(minutes=minutes))
+
+
+def test_a_run_reads_back_with_every_metric_output_and_status(store):
+    shared = np.array([7, 8, 9], dtype=np.int64)
+    results = [result("s/A", 1.0, shared=shared), result("s/B", 2.0, shared=shared),
+               Result(workload="s/broken.py", status="error", reason="import failed")]
+    run_id = ingest(store, "1.0", results)
+
+    assert all(r.id is not None for r in results)
+    assert len({r.id for r in results}) == 3 and [r.id for r in results] == sorted(r.id for r in results)
+    stored = store.run(run_id)
+    assert stored.row.status == "complete" and stored.row.target.version == "1.0"
+    by_workload = {r.workload: r for r in stored.results}
+    assert [r.workload for r in stored.results] == ["s/A", "s/B", "s/broken.py"]
+    for original in results:
+        back = by_workload[original.workload]
+        assert back.id == original.id and back.status == original.status and back.reason == original.reason
+        assert {n: (m.kind, m.unit, m.values) for n, m in back.metrics.items()} == \
+            {n: (m.kind, m.unit, m.values) for n, m in original.metrics.items()}
+        assert set(back.outputs) == set(original.outputs)
+        for name, array in original.outputs.items():
+            np.testing.assert_array_equal(back.outputs[name], array)
+            assert back.outputs[name].dtype == array.dtype and back.outputs[name].shape == array.shape
+    with sqlite3.connect(store.url.removeprefix("sqlite:///")) as db:
+        # the array both results share is one artifact, referenced twice
+        assert db.execute("select count(*) from outputs").fetchone() == (4,)
+        assert db.execute("select count(*) from artifacts").fetchone() == (3,)
+        summary = db.execute("select n, median, minimum, maximum, final from metrics m join results r "
+                             "on m.result_id = r.id where r.workload = 's/A' and m.name = 'time.infer'").fetchone()
+    assert summary == (3, pytest.approx(0.2), pytest.approx(0.1), pytest.approx(0.3), pytest.approx(0.2))
+
+
+def test_a_second_run_with_the_same_arrays_stores_them_once(store):
+    ingest(store, "1.0", [result("s/A", 1.0)])
+    second = ingest(store, "1.1", [result("s/A", 1.0), result("s/B", 3.0)])
+    with sqlite3.connect(store.url.removeprefix("sqlite:///")) as db:
+        assert db.execute("select count(*) from artifacts").fetchone() == (4,)
+    back = store.run(second).results
+    np.testing.assert_array_equal(back[1].outputs["shared"], np.full(3, 3.0))
+
+
+def test_an_empty_run_is_stored(store):
+    run_id = ingest(store, "1.0", [])
+    assert store.run(run_id).results == []
+
+
+def test_series_is_one_metric_of_one_workload_oldest_first_with_its_target(store):
+    # ingested out of time order: the series follows started_at, not the run id
+    late = ingest(store, "1.2", [result("s/A", 3.0), result("s/B", 30.0)], runner="gpu", minutes=20)
+    early = ingest(store, "1.0", [result("s/A", 1.0), result("s/B", 10.0)], minutes=0)
+    middle = ingest(store, "1.1", [result("s/A", 2.0, status="failed")], minutes=10)
+
+    points = store.series("s/A", "time.infer")
+    assert [p["id"] for p in points] == [early, middle, late]
+    assert [p["version"] for p in points] == ["1.0", "1.1", "1.2"]
+    assert [p["status"] for p in points] == ["ok", "failed", "ok"]
+    assert [p["runner"] for p in points] == ["cpu", "cpu", "gpu"]
+    first = points[0]
+    assert first["name"] == "fw" and first["kind"] == "requirement" and first["commit"] == ""
+    assert (first["n"], first["median"], first["minimum"], first["maximum"], first["final"]) == \
+        (3, pytest.approx(0.2), pytest.approx(0.1), pytest.approx(0.3), pytest.approx(0.2))
+    # the same datetime the ORM reads for the run (series parses SQLite's text itself)
+    assert first["started_at"] == store.run(early).row.started_at and isinstance(first["started_at"], datetime)
+    assert set(first) == {"id", "started_at", "runner", "name", "version", "kind", "commit", "wheel_sha256",
+                          "status", "median", "minimum", "maximum", "final", "n"}
+
+    assert [p["id"] for p in store.series("s/A", "time.infer", runner="gpu")] == [late]
+    assert [p["median"] for p in store.series("s/B", "time.infer")] == [pytest.approx(2.0), pytest.approx(6.0)]
+    assert [p["final"] for p in store.series("s/A", "loss")] == [0.25, 0.5, 0.75]
+    assert store.series("s/A", "no.such.metric") == []
+    assert store.series("s/C", "time.infer") == []
