@@ -38,7 +38,7 @@ SPIKE = 4.0
 _TRIMMED_VAR_3SD = 0.97334
 #: an sd estimated from n points is padded by (1 + SD_PADDING / sqrt(n_eff)) against its own uncertainty,
 #: n_eff = n (1 - phi) / (1 + phi) being what AR(1) noise is worth in independent points. Set so that an
-#: estimated noise gives as many false alarms as a given one (1.0 gave half as many, and lost power for it)
+#: estimated noise gives about as many false alarms as a given one (1.0 gave a third fewer, and lost power)
 SD_PADDING = 0.25
 #: a clearly positive phi estimated from n points is padded by PHI_PADDING / sqrt(n) (its sd is about 1/sqrt(n))
 PHI_PADDING = 1.0
@@ -160,8 +160,8 @@ def detect_latest(
 ) -> ChangePoint | None:
     """Say whether the last ``tail`` (at most 5) points begin a new segment: the check that runs after each run.
 
-    Only the last ``window`` points are segmented, but the noise is estimated from up to NOISE_WINDOW points
-    before the tail, so pass the history, not just the window. The change may go either way: a caller that
+    Only the last ``window`` points are segmented, but the noise is estimated from the MIN_POINTS_FOR_ESTIMATE
+    to NOISE_WINDOW points before the tail, so pass the history, not just the window. The change may go either way: a caller that
     alarms on regressions only looks at the sign of ``magnitude``.
     """
     if not min_size <= tail <= 5:

@@ -252,7 +252,7 @@ def _sync(uv: str, python: Path, spec: EnvSpec, path: Path, env_id: str, cache_d
         if os.path.isfile(where) and _sha256_file(where) == wheel.get("sha256"):
             folders.append(os.path.dirname(where))
     index = dataclasses.replace(spec.index, find_links=[*spec.index.find_links, *dict.fromkeys(folders)])
-    proc = _run_uv(uv, ["pip", "sync", "--python", str(python), *index.uv_args(), str(pins)], cache_dir)
+    proc = _run_uv(uv, ["pip", "sync", "--compile-bytecode", "--python", str(python), *index.uv_args(), str(pins)], cache_dir)
     pins.unlink()
     if proc.returncode != 0:
         raise UserError(
