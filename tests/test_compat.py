@@ -326,6 +326,8 @@ def test_zoo_torch_models_saved_by_torch_2_13_load_and_match_in_the_same_version
     trained and saved in three formats, then loaded in torch 2.13.0 again by the compat child."""
     for key in [k for k in os.environ if k.startswith("MODELCI_")]:
         monkeypatch.delenv(key)
+    # the module's `project` fixture keeps the fake wheels' offline settings for the whole module
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
     monkeypatch.chdir(tmp_path)
     # the persistent cache of tests/e2e/test_zoo_frameworks.py: the torch environment is built once per machine
     cache = Path(os.environ.get("MODELCI_TEST_CACHE", Path.home() / ".cache" / "modelci-tests"))
@@ -334,6 +336,8 @@ def test_zoo_torch_models_saved_by_torch_2_13_load_and_match_in_the_same_version
     try:
         produced = workflow.run(cfg, "torch==2.13.0", ["zoo:torch"], "LeNet")
     except UserError as exc:  # HarnessError too: uv could not install torch 2.13.0 from the configured indexes
+        if os.environ.get("CI"):  # CI installs what the tests need: a skip there would hide a broken install
+            raise
         pytest.skip(f"torch 2.13.0 cannot be installed here: {exc}")
     (result,) = produced.results
     assert result.status == "ok", result.reason + result.stderr_tail
