@@ -124,7 +124,7 @@ def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern:
                                  run_ids=[o.run_id for o in outcomes if o.run_id is not None],
                                  entries=measure(per_run),
                                  failures=[r for o in outcomes for r in o.results if r.status != "ok"])
-    save(Store(config.db, config.artifacts), outcome)
+    save(Store.from_config(config), outcome)
     return outcome
 
 

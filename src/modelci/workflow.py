@@ -359,7 +359,7 @@ def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pa
     side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
     side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
     baselines = {r.workload: r for r in side_a.results}
-    store = Store(config.db, config.artifacts)
+    store = Store.from_config(config)
     comparisons = []
     for result in side_b.results:
         baseline = baselines.get(result.workload)

@@ -45,7 +45,7 @@ def main(args, cfg) -> int:
     from modelci.report import console as consoles
     from modelci.store import Store
 
-    store = Store(cfg.db, cfg.artifacts)
+    store = Store.from_config(cfg)
     out = consoles.console()
     action = args.action or "list"
     if action == "list":

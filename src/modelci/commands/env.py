@@ -198,7 +198,7 @@ def _gc(args, cfg) -> int:
 def _store(cfg):
     from modelci.store import Store
 
-    return Store.from_config(cfg) if hasattr(Store, "from_config") else Store(cfg.db, cfg.artifacts)
+    return Store.from_config(cfg)
 
 
 def _write_json(path: str, data: dict) -> None:

@@ -21,7 +21,7 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.store import Store
 
-    store = Store(cfg.db, cfg.artifacts)
+    store = Store.from_config(cfg)
     out = views.console()
     if args.changes:
         from modelci.alarms import changes, hooks

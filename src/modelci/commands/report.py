@@ -21,7 +21,7 @@ def main(args, cfg) -> int:
     from modelci.report.site import generate_site
     from modelci.store import Store
 
-    report = generate_site(Store(cfg.db, cfg.artifacts), args.out, overlay=args.overlay, recent=args.recent,
+    report = generate_site(Store.from_config(cfg), args.out, overlay=args.overlay, recent=args.recent,
                            full=args.full)
     out = views.console()
     kept = f", {report.kept_pages} run pages unchanged" if report.kept_pages else ""

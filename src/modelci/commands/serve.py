@@ -27,7 +27,7 @@ def main(args, cfg) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
-    httpd = dashboard.make_server(Store(cfg.db, cfg.artifacts), args.host, args.port, args.out, log=say,
+    httpd = dashboard.make_server(Store.from_config(cfg), args.host, args.port, args.out, log=say,
                                   verbose=args.verbose, overlay=args.overlay)
     if not dashboard.is_loopback(args.host):
         say(f"warning: serving on {args.host}: anyone who can reach this machine can read the history")
