@@ -130,7 +130,7 @@ def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern:
 
 def save(store: Store, outcome: CalibrationOutcome) -> None:
     """Store the profile; an older profile of the same workload stays as history and the newest wins."""
-    ident = {k: (v or "") for k, v in outcome.target.identity().items()}
+    ident = outcome.target.identity()
     with store.sessions.begin() as session:
         target_id = session.scalars(select(TargetRow.id).filter_by(**ident)).first()
         session.add_all(

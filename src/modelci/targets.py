@@ -50,10 +50,11 @@ class Target:
             text += f" (wheel {self.wheel_sha256[:8]})"
         return text
 
-    def identity(self) -> dict[str, str | None]:
-        """The fields that make two targets the same build."""
-        return {"kind": self.kind, "name": self.name, "version": self.version, "commit": self.commit,
-                "wheel_sha256": self.wheel_sha256}
+    def identity(self) -> dict[str, str]:
+        """The fields that make two targets the same build, as the store keeps them ("" for absent)."""
+        fields = {"kind": self.kind, "name": self.name, "version": self.version, "commit": self.commit,
+                  "wheel_sha256": self.wheel_sha256}
+        return {key: value or "" for key, value in fields.items()}
 
 
 def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:

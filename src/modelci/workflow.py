@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fnmatch
 import shutil
-import sys
 import sysconfig
 import tempfile
 import time
@@ -366,8 +365,3 @@ def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pa
         findings = checks.evaluate(result, baseline, policy_for(config, store, result.workload))
         comparisons.append(Comparison(result=result, baseline=baseline, findings=findings))
     return CompareOutcome(a=side_a, b=side_b, comparisons=comparisons)
-
-
-def python_version() -> str:
-    """This interpreter's version, for messages."""
-    return ".".join(map(str, sys.version_info[:3]))

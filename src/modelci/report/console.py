@@ -131,15 +131,21 @@ def _verdict_summary(findings: list[Any]) -> str:
     return "[green]ok[/]"
 
 
+def render_failure(result: Any, out: Console) -> None:
+    """A result that is not ok or skipped: its status, reason, and the last lines of its traceback or stderr."""
+    if result.status in ("ok", "skipped"):
+        return
+    out.print(f"\n[red]{escape(result.workload)}: {result.status}[/] - {escape(result.reason)}")
+    detail = result.traceback or result.stderr_tail
+    if detail:
+        out.print("[dim]" + escape("\n".join(detail.strip().splitlines()[-12:])) + "[/]")
+
+
 def render_problems(comparisons: list[Any], out: Console) -> None:
     """Failures with their reason and stderr tail, then findings that are not ok."""
     for comparison in comparisons:
         result = comparison.result
-        if result.status not in ("ok", "skipped"):
-            out.print(f"\n[red]{escape(result.workload)}: {result.status}[/] - {escape(result.reason)}")
-            detail = result.traceback or result.stderr_tail
-            if detail:
-                out.print("[dim]" + escape("\n".join(detail.strip().splitlines()[-12:])) + "[/]")
+        render_failure(result, out)
         for finding in comparison.findings:
             if finding.verdict in ("regression", "improvement"):
                 gate = "" if finding.gating else " (reported only)"
@@ -305,11 +311,7 @@ def render_show(stored: Any, out: Console) -> None:
                       _fmt(_median(result, "mem.peak_rss"), "bytes"), summary)
     out.print(table)
     for result in stored.results:
-        if result.status not in ("ok", "skipped"):
-            out.print(f"\n[red]{escape(result.workload)}: {result.status}[/] - {escape(result.reason)}")
-            detail = result.traceback or result.stderr_tail
-            if detail:
-                out.print("[dim]" + escape("\n".join(detail.strip().splitlines()[-12:])) + "[/]")
+        render_failure(result, out)
         for finding in result.info.get("findings", []):
             if finding["verdict"] in ("regression", "improvement"):
                 out.print(f"{finding['verdict']} {escape(result.workload)} {finding['check']}/"

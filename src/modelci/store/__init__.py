@@ -163,7 +163,7 @@ class Store:
             raise HarnessError(f"could not store the run in {self.url}: {exc}") from None
 
     def _target_row(self, session: Session, target: Any) -> TargetRow:
-        ident = {k: (v or "") for k, v in target.identity().items()}
+        ident = target.identity()
         row = session.scalars(select(TargetRow).filter_by(**ident)).first()
         if row is None:
             row = TargetRow(spec=target.spec, commit_date=target.commit_date or "", subject=target.subject or "", **ident)
@@ -239,7 +239,7 @@ class Store:
 
     def baseline(self, workload: str, runner: str, target: Any) -> Result | None:
         """The latest good result of `workload` on `runner` with a different target (DESIGN.md, "baseline")."""
-        ident = {k: (v or "") for k, v in target.identity().items()}
+        ident = target.identity()
         with self.sessions() as session:
             same = select(TargetRow.id).filter_by(**ident).scalar_subquery()
             stmt = (
@@ -253,7 +253,7 @@ class Store:
 
     def reusable(self, target: Any, environment_id: str, runner: str, workload: str, code_hash: str) -> Result | None:
         """The latest stored result for the same target, environment, runner and workload code, if any."""
-        ident = {k: (v or "") for k, v in target.identity().items()}
+        ident = target.identity()
         with self.sessions() as session:
             stmt = (
                 select(ResultRow).join(RunRow).join(TargetRow)
