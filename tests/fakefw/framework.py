@@ -32,12 +32,10 @@ def output_scale(values):
 
 
 def heavy_kernel(n):
-    """A compute kernel; 1.1 does the work twice (a 2x slowdown)."""
-    total = 0.0
-    for _ in range(2 if _V11 else 1):
-        for i in range(n):
-            total += math.sqrt(i + 1.0)
-    return total / (2 if _V11 else 1)
+    """A kernel; 1.1 takes twice as long (a 2x slowdown). It sleeps n microseconds rather than computing, so a
+    busy machine (CI runs other jobs beside these tests) stretches neither side and the ratio stays near 2."""
+    time.sleep(n * 1e-6 * (2 if _V11 else 1))
+    return float(n)
 
 
 def validate(values):

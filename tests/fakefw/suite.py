@@ -62,7 +62,7 @@ class Slow(_Linear):
     repeats = 9
 
     def infer(self, ctx):
-        fakefw.heavy_kernel(250000)
+        fakefw.heavy_kernel(30000)
         return {"prediction": [self.forward(x) for x in self.x]}
 
 
