@@ -141,3 +141,19 @@ def test_variance_factor_of_ar1_noise():
     assert Noise(0.03, 0.5).variance_factor() == pytest.approx(3.0)
     # the mean of 5 AR(1) points with phi = 0.5: 1 + 2 (0.8 * 0.5 + 0.6 * 0.25 + 0.4 * 0.125 + 0.2 * 0.0625)
     assert Noise(0.03, 0.5).variance_factor(5) == pytest.approx(2.225)
+
+
+def test_confirming_a_drift_cut_into_many_segments_tests_each_change_point_a_bounded_number_of_times(monkeypatch):
+    # a noise-free drift has an sd of 0 (the floor), so PELT cuts it every few points and nearly every cut fails
+    # its test: dropping one must re-test only its neighbours (re-testing all of them took 13,000 Mann-Whitney
+    # tests and tens of seconds on these 500 points)
+    from modelci.checks import history
+
+    calls = []
+    real = history._mann_whitney
+    monkeypatch.setattr(history, "_mann_whitney", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    values = np.linspace(1.0, 1.5, 500)
+    changes = detect_changes(values)
+    assert changes and all(c.magnitude > 0 for c in changes)
+    # one test per first cut (at most 500 / min_size of them) plus two per cut dropped
+    assert len(calls) <= 3 * 500 // 3
