@@ -182,10 +182,13 @@ def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloa
 
 
 def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
-        reuse: bool = False, progress: Any = None, command: str = "", lock: str | None = None) -> RunOutcome:
+        reuse: bool = False, progress: Any = None, command: str = "", lock: str | None = None,
+        alarms: bool = True) -> RunOutcome:
     """Run the selected workloads against one target, store the run, and compare each result with its baseline.
 
-    With `lock` (a lock file), the environment is rebuilt exactly from it, and the target may be None.
+    With `lock` (a lock file), the environment is rebuilt exactly from it, and the target may be None. Without
+    `alarms`, the run is stored and judged but opens, updates and notifies no alarm: a bisect's probes of older
+    commits are not news, and a good probe must not mark the alarm being bisected as recovered.
     """
     from modelci.report.console import Progress
 
@@ -246,8 +249,9 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         with _timed(timings, "checks"):
             outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
         # alarms after the run is stored, so that a failing notifier can never lose it (issue 5)
-        with _timed(timings, "alarms"):
-            outcome.alarms = alarm_hooks.after_run(config, store, outcome)
+        if alarms:
+            with _timed(timings, "alarms"):
+                outcome.alarms = alarm_hooks.after_run(config, store, outcome)
         return outcome
     finally:
         executor.close()

@@ -23,6 +23,8 @@ from modelci.records import Result
 from modelci.store.alarms_schema import AlarmEventRow, AlarmRow, ensure_tables
 from modelci.store.schema import ResultRow, RunRow, utcnow
 
+#: events of the alarm log that record a bisect's outcome: a culprit found, or why none was
+BISECT_EVENTS = ("bisected", "bisect-failed")
 #: alarm kinds, by what fired
 KINDS = ("regression", "status", "change", "disappeared", "empty-suite", "stale")
 
@@ -80,6 +82,9 @@ class Alarm:
     note: str
     recovered_runs: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: what the last bisect of this alarm found (`run --bisect-on-alarm`): "first bad: <sha> <subject> ...", or
+    #: why it found nothing; "" when the alarm was never bisected
+    culprit: str = ""
 
     @property
     def status(self) -> str:
@@ -95,9 +100,10 @@ class Alarm:
 
 @dataclass
 class AlarmEvent:
-    """A change worth telling people about: an alarm opened (or fired again after recovering), or recovered."""
+    """A change worth telling people about: an alarm opened (or fired again after recovering), recovered, or was
+    bisected to the change that caused it."""
 
-    event: str  # "open" | "recovered"
+    event: str  # "open" | "recovered" | "bisected"
     alarm: Alarm
     reopened: bool = False
 
@@ -111,6 +117,7 @@ def to_alarm(row: AlarmRow, events: bool = False) -> Alarm:
         opened_at=_aware(row.opened_at), last_seen_at=_aware(row.last_seen_at), silenced_until=row.silenced_until,
         acknowledged_by=row.acknowledged_by, resolved_by=row.resolved_by, note=row.note,
         recovered_runs=row.recovered_runs,
+        culprit=next((e.detail for e in reversed(row.events) if e.event in BISECT_EVENTS), ""),
     )
     if events:
         alarm.events = [{"at": _aware(e.at), "event": e.event, "run_id": e.run_id, "by": e.by, "detail": e.detail}

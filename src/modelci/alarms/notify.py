@@ -64,12 +64,18 @@ class Message:
     run_id: int | None = None
 
 
+#: how a notification names each event
+EVENT_WORDS = {"open": "OPENED", "recovered": "RECOVERED", "bisected": "BISECTED"}
+
+
 def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = None) -> Message:
     """The notification of some alarm events, grouped by the target each alarm first fired on."""
     opened = sum(e.event == "open" for e in events)
     recovered = sum(e.event == "recovered" for e in events)
+    bisected = sum(e.event == "bisected" for e in events)
     parts = [f"{opened} alarm{'s' * (opened != 1)} opened"] if opened else []
     parts += [f"{recovered} recovered"] if recovered else []
+    parts += [f"{bisected} bisected"] if bisected else []
     where = f" on {outcome.target.label} (runner {outcome.runner})" if outcome is not None else ""
     title = f"modelci: {', '.join(parts) or 'no alarm changes'}{where}"
     lines = [title]
@@ -80,9 +86,9 @@ def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = 
         lines.append(f"*{group}*")
         for event in members:
             alarm = event.alarm
-            word = "REOPENED" if event.reopened else ("OPENED" if event.event == "open" else "RECOVERED")
-            lines.append(f"- {word} #{alarm.id} [{alarm.kind}] {alarm.workload} {alarm.check}:{alarm.metric}: "
-                         f"{alarm.message}")
+            word = "REOPENED" if event.reopened else EVENT_WORDS[event.event]
+            what = alarm.culprit if event.event == "bisected" else alarm.message
+            lines.append(f"- {word} #{alarm.id} [{alarm.kind}] {alarm.workload} {alarm.check}:{alarm.metric}: {what}")
     if run_id is not None:
         lines.append(f"run {run_id}: `modelci show {run_id}`; `modelci alarms list` for every live alarm")
     return Message(title=title, text="\n".join(lines), events=events, outcome=outcome, run_id=run_id)
@@ -99,7 +105,8 @@ def payload(message: Message) -> dict[str, Any]:
             "events": [{"event": e.event, "reopened": e.reopened, "id": e.alarm.id, "kind": e.alarm.kind,
                         "runner": e.alarm.runner, "workload": e.alarm.workload, "check": e.alarm.check,
                         "metric": e.alarm.metric, "state": e.alarm.state, "target": e.alarm.target,
-                        "count": e.alarm.count, "message": e.alarm.message} for e in message.events],
+                        "count": e.alarm.count, "message": e.alarm.message, "culprit": e.alarm.culprit}
+                       for e in message.events],
         },
     }
 

@@ -20,7 +20,8 @@ BUILTIN_METRICS = ("status", "loss", "time.setup", "time.train", "time.infer", "
 #: the kinds of [[notify]] entries
 NOTIFY_KINDS = ("webhook", "email", "markdown", "junit")
 #: alarm events a notifier can be told about
-NOTIFY_EVENTS = ("open", "recovered")
+#: ("bisected": `run --bisect-on-alarm` found the commit or release that caused an alarm)
+NOTIFY_EVENTS = ("open", "recovered", "bisected")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: [alarms] keys: name -> (type, default, help)

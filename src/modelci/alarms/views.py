@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+EVENT_WORDS = {"open": "[red]alarm opened[/]", "recovered": "[green]alarm recovered[/]",
+               "bisected": "[magenta]alarm bisected[/]"}
 STATE_STYLE = {"open": "bold red", "acknowledged": "yellow", "silenced": "dim", "resolved": "green"}
 
 
@@ -44,7 +46,7 @@ def render_alarm(alarm: Any, out: Console) -> None:
             ("first target", alarm.target), ("last target", alarm.last_target), ("seen", f"{alarm.count} times"),
             ("opened", _when(alarm.opened_at)), ("last seen", _when(alarm.last_seen_at)),
             ("acknowledged by", alarm.acknowledged_by), ("resolved by", alarm.resolved_by), ("note", alarm.note),
-            ("message", alarm.message)]
+            ("message", alarm.message), ("bisect", alarm.culprit)]
     for name, value in rows:
         if value:
             out.print(f"  {name:<16} {escape(str(value))}")
@@ -83,10 +85,10 @@ def render_alarm_report(report: Any, out: Console) -> None:
         return
     for event in report.events:
         alarm = event.alarm
-        word = "[red]alarm reopened[/]" if event.reopened else (
-            "[red]alarm opened[/]" if event.event == "open" else "[green]alarm recovered[/]")
+        word = "[red]alarm reopened[/]" if event.reopened else EVENT_WORDS[event.event]
+        what = alarm.culprit if event.event == "bisected" else alarm.message
         out.print(f"{word} #{alarm.id} {escape(alarm.workload)} {escape(alarm.check)}:{escape(alarm.metric)}: "
-                  f"{escape(alarm.message)}")
+                  f"{escape(what)}")
     failed = len(report.failed_deliveries)
     if failed:
         out.print(f"[red]{failed} notifier{'s' * (failed > 1)} could not deliver[/] (see the warnings above); "

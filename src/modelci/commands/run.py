@@ -18,6 +18,13 @@ def add_parser(sub) -> None:
     add_selection(parser)
     parser.add_argument("--reuse", action="store_true", help="reuse stored results of the same target, env and code")
     add_report_files(parser)
+    chain = parser.add_argument_group("bisect on alarm", "when the run opens an alarm, find the commit that caused it")
+    chain.add_argument("--bisect-on-alarm", action="store_true",
+                       help="bisect each alarm this run opens between --good and the run's commit (git targets)")
+    chain.add_argument("--good", metavar="REF", help="with --bisect-on-alarm: a ref of the same repository where the "
+                                                     "workloads were good")
+    chain.add_argument("--first-parent", action="store_true", help="with --bisect-on-alarm: search the main line only")
+    chain.add_argument("--jobs", type=int, default=1, help="with --bisect-on-alarm: probes per round")
 
 
 def add_report_files(parser) -> None:
@@ -53,13 +60,16 @@ def target_spec(args) -> str | None:
 
 
 def main(args, cfg) -> int:
-    """Run, print the summary, write the JSON report; exit 1 on a regression or a failed workload."""
+    """Run, print the summary, write the JSON report; exit 1 on a regression or a failed workload. With
+    --bisect-on-alarm, then bisect the alarms the run opened (the exit code stays the run's)."""
     from modelci import workflow
     from modelci.report import console as views
     from modelci.report import json_report
 
+    spec = target_spec(args)
+    chain = bisect_plan(args, spec)
     try:
-        outcome = workflow.run(cfg, target_spec(args), args.suite or cfg.suites, args.pattern, reuse=args.reuse,
+        outcome = workflow.run(cfg, spec, args.suite or cfg.suites, args.pattern, reuse=args.reuse,
                                progress=views.Progress(quiet=args.quiet), command=args.command_line,
                                lock=args.lock)
     except workflow.Interrupted as exc:
@@ -67,10 +77,68 @@ def main(args, cfg) -> int:
         return EXIT_INTERRUPTED
     views.render_run(outcome, views.console())
     bad = workflow.failed(outcome)
+    report = json_report.run_report(outcome, bad)
     if args.json_path:
-        json_report.write(args.json_path, json_report.run_report(outcome, bad))
+        json_report.write(args.json_path, report)
     _write_report_files(args, outcome)
+    if chain is not None:
+        try:
+            bisects = _bisect_alarms(args, cfg, outcome, chain)
+        except workflow.Interrupted as exc:
+            views.console(stderr=True).print(f"[yellow]{exc}; the run is stored, and `modelci bisect` with the same "
+                                             "ends resumes from the probes already run[/]")
+            return EXIT_INTERRUPTED
+        if args.json_path and bisects:
+            json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
     return EXIT_REGRESSION if bad else EXIT_OK
+
+
+def bisect_plan(args, spec: str | None) -> dict | None:
+    """With --bisect-on-alarm: the repository, good ref and build the bisects will use; checked before the run, so
+    a mistake costs nothing. None without it."""
+    from modelci import targets
+    from modelci.errors import UserError
+
+    if not args.bisect_on_alarm:
+        for flag, value in (("--good", args.good), ("--first-parent", args.first_parent)):
+            if value:
+                raise UserError(f"{flag} goes with --bisect-on-alarm")
+        return None
+    if not args.good:
+        raise UserError("--bisect-on-alarm needs --good REF: a commit of the same repository where the workloads "
+                        "were good")
+    if not spec or not spec.startswith("git+"):
+        raise UserError("--bisect-on-alarm needs a git target: --repo PATH --ref REF, or --target git+URL@REF "
+                        "(for releases, use `modelci bisect --versions`)")
+    if args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: give 1 or more probes per round")
+    url, _, options = targets.parse_git_spec(spec)
+    return {"repo": url, "good": args.good, "build": options.get("build") or None,
+            "first_parent": args.first_parent, "jobs": args.jobs}
+
+
+def _bisect_alarms(args, cfg, outcome, chain: dict) -> list:
+    """Bisect what the run opened; print one line per bisect."""
+    from rich.markup import escape
+
+    from modelci.bisect.on_alarm import bisect_alarms
+    from modelci.report import console as views
+    from modelci.store import Store
+
+    err = views.console(stderr=True)
+
+    def log(text: str) -> None:
+        if not args.quiet:
+            err.print(text, markup=False, style="dim", highlight=False)
+
+    bisects = bisect_alarms(cfg, Store.from_config(cfg), outcome, args.suite or cfg.suites, log=log,
+                            command=args.command_line, **chain)
+    out = views.console()
+    for item in bisects:
+        ids = ", ".join(f"#{i}" for i in item.alarm_ids)
+        style = "yellow" if item.error or item.result.status != "found" else "bold red"
+        out.print(f"[magenta]alarm {ids} bisected[/] {escape(item.workload)}: [{style}]{escape(item.summary)}[/]")
+    return bisects
 
 
 def _write_report_files(args, outcome) -> None:

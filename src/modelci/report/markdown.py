@@ -63,13 +63,15 @@ def comparisons_table(comparisons: list[Any]) -> list[str]:
 
 
 def alarm_lines(events: list[Any]) -> list[str]:
-    """One bullet per alarm event (opened, reopened, recovered)."""
+    """One bullet per alarm event (opened, reopened, recovered, bisected)."""
+    words = {"open": "🚨 opened", "recovered": "✅ recovered", "bisected": "🔎 bisected"}
     lines = []
     for event in events:
         alarm = event.alarm
-        word = "🚨 reopened" if event.reopened else ("🚨 opened" if event.event == "open" else "✅ recovered")
+        word = "🚨 reopened" if event.reopened else words[event.event]
+        what = alarm.culprit if event.event == "bisected" else alarm.message
         lines.append(f"- {word} alarm #{alarm.id} `{cell(alarm.workload)}` {cell(alarm.check)}:`{cell(alarm.metric)}`"
-                     f" ({cell(alarm.kind)}, first on {cell(alarm.target) or 'no target'}): {cell(alarm.message)}")
+                     f" ({cell(alarm.kind)}, first on {cell(alarm.target) or 'no target'}): {cell(what)}")
     return lines
 
 
