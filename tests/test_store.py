@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import event
 
 from modelci import targets
 from modelci.envs import Environment
@@ -99,22 +100,43 @@ def test_series_is_one_metric_of_one_workload_oldest_first_with_its_target(store
     early = ingest(store, "1.0", [result("s/A", 1.0), result("s/B", 10.0)], minutes=0)
     middle = ingest(store, "1.1", [result("s/A", 2.0, status="failed")], minutes=10)
 
-    points = store.series("s/A", "time.infer")
-    assert [p["id"] for p in points] == [early, middle, late]
-    assert [p["version"] for p in points] == ["1.0", "1.1", "1.2"]
-    assert [p["status"] for p in points] == ["ok", "failed", "ok"]
-    assert [p["runner"] for p in points] == ["cpu", "cpu", "gpu"]
-    first = points[0]
-    assert first["name"] == "fw" and first["kind"] == "requirement" and first["commit"] == ""
-    assert (first["n"], first["median"], first["minimum"], first["maximum"], first["final"]) == \
+    series = store.series("s/A", "time.infer")
+    assert (series.workload, series.metric, len(series)) == ("s/A", "time.infer", 3)
+    assert [p.run_id for p in series] == list(series.run_id) == [early, middle, late]
+    assert [p.target.version for p in series] == ["1.0", "1.1", "1.2"]
+    assert series.status == ("ok", "failed", "ok") and series.runner == ("cpu", "cpu", "gpu")
+    first = series[0]
+    assert first.target == ("requirement", "fw", "1.0", "", "")
+    assert (first.n, first.median, first.minimum, first.maximum, first.final) == \
         (3, pytest.approx(0.2), pytest.approx(0.1), pytest.approx(0.3), pytest.approx(0.2))
     # the same datetime the ORM reads for the run (series parses SQLite's text itself)
-    assert first["started_at"] == store.run(early).row.started_at and isinstance(first["started_at"], datetime)
-    assert set(first) == {"id", "started_at", "runner", "name", "version", "kind", "commit", "wheel_sha256",
-                          "status", "median", "minimum", "maximum", "final", "n"}
+    assert first.started_at == store.run(early).row.started_at and isinstance(first.started_at, datetime)
+    assert series[-1] == series[2] and series[-2:] == [series[1], series[2]]
+    with pytest.raises(IndexError):
+        series[3]
 
-    assert [p["id"] for p in store.series("s/A", "time.infer", runner="gpu")] == [late]
-    assert [p["median"] for p in store.series("s/B", "time.infer")] == [pytest.approx(2.0), pytest.approx(6.0)]
-    assert [p["final"] for p in store.series("s/A", "loss")] == [0.25, 0.5, 0.75]
-    assert store.series("s/A", "no.such.metric") == []
-    assert store.series("s/C", "time.infer") == []
+    assert [p.run_id for p in store.series("s/A", "time.infer", runner="gpu")] == [late]
+    assert store.series("s/B", "time.infer").median == (pytest.approx(2.0), pytest.approx(6.0))
+    assert store.series("s/A", "loss").final == (0.25, 0.5, 0.75)
+    for empty in (store.series("s/A", "no.such.metric"), store.series("s/C", "time.infer")):
+        assert len(empty) == 0 and list(empty) == [] and empty.median == () and not empty
+
+
+def test_series_reads_indexes_only_and_sorts_nothing_in_sqlite(store):
+    """Issue 9: `history` over 10,000 runs in under 50 ms needs the workload's results and their metric read from
+    covering indexes; a plan that reads every metric of that name, or sorts in SQLite, took twice as long."""
+    for minutes, version in enumerate(("1.0", "1.1")):
+        ingest(store, version, [result("s/A", 1.0), result("s/B", 2.0)], minutes=minutes)
+    statements = []
+    listen = lambda conn, cursor, statement, params, context, many: statements.append((statement, params))  # noqa: E731
+    event.listen(store.engine, "before_cursor_execute", listen)
+    try:
+        store.series("s/A", "time.infer")
+    finally:
+        event.remove(store.engine, "before_cursor_execute", listen)
+    statement, params = statements[0]
+    with store.engine.connect() as connection:
+        plan = [row[3] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params)]
+    assert any("COVERING INDEX ix_results_workload_run" in step for step in plan), plan
+    assert any("COVERING INDEX ix_metrics_name_result_summary (name=? AND result_id=?)" in step for step in plan), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan

@@ -11,6 +11,9 @@ def add_parser(sub) -> None:
     parser.add_argument("workload", nargs="?", help="workload id, e.g. numpy/MLPClassifier")
     parser.add_argument("--metric", help="metric name (default time.train; with --changes: every metric)")
     parser.add_argument("--runner", help="only this runner")
+    parser.add_argument("--last", type=int, default=50, metavar="N",
+                        help="show the last N runs of the workload's series (default 50)")
+    parser.add_argument("--all", action="store_true", help="show every run of the workload's series")
     parser.add_argument("--changes", action="store_true",
                         help="change points of every series (runner, workload, metric) across targets")
 
@@ -36,10 +39,13 @@ def main(args, cfg) -> int:
     if not args.workload:
         views.render_workloads(store.workloads(args.runner), store.runs(args.runner), out)
         return EXIT_OK
-    rows = store.series(args.workload, args.metric, args.runner)
-    if not rows:
+    if args.last < 1:
+        raise UserError(f"--last {args.last}: give a number of runs of at least 1, or --all for every run")
+    series = store.series(args.workload, args.metric, args.runner)
+    if not series:
         known = sorted({w["workload"] for w in store.workloads(args.runner)})
         raise UserError(f"no {args.metric!r} history for workload {args.workload!r}; "
                         f"workloads in the history: {', '.join(known) or 'none'}")
-    views.render_history(rows, args.metric, out)
+    # a terminal table of 10,000 rows took 7 s to print (issue 9, docs/overhead.md): the recent runs by default
+    views.render_history(series if args.all else series[-args.last:], args.metric, out, total=len(series))
     return EXIT_OK

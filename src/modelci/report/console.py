@@ -7,6 +7,7 @@ event (DESIGN.md, "Conventions").
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -242,17 +243,19 @@ def _compare_cells(finding: Any) -> tuple[str, str, str]:
     return "", "", ""
 
 
-def render_history(rows: list[dict[str, Any]], metric: str, out: Console) -> None:
-    """One series across the history."""
+def render_history(points: Sequence[Any], metric: str, out: Console, total: int | None = None) -> None:
+    """Points of one series (store.RunPoint), oldest first; `total` says how many the whole series holds."""
     table = Table(show_edge=False, pad_edge=False, title=f"{metric}")
     for column in ("run", "date", "runner", "target", "status", "median", "min", "max", "final"):
         table.add_column(column)
     unit = "s" if metric.startswith("time.") else "bytes" if metric.startswith("mem.") else ""
-    for row in rows:
-        table.add_row(str(row["id"]), row["started_at"].strftime("%Y-%m-%d %H:%M"), escape(row["runner"]),
-                      escape(_target_label(row)), row["status"], _fmt(row["median"], unit), _fmt(row["minimum"], unit),
-                      _fmt(row["maximum"], unit), _fmt(row["final"], unit))
+    for point in points:
+        table.add_row(str(point.run_id), point.started_at.strftime("%Y-%m-%d %H:%M"), escape(point.runner),
+                      escape(_target_label(point.target._asdict())), point.status, _fmt(point.median, unit),
+                      _fmt(point.minimum, unit), _fmt(point.maximum, unit), _fmt(point.final, unit))
     out.print(table)
+    if total is not None and total > len(points):
+        out.print(f"the last {len(points)} of {total} runs; --all shows every run, --last N the last N")
 
 
 def _target_label(row: dict[str, Any]) -> str:

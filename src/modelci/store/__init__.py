@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import String, create_engine, event, insert, inspect, select, type_coerce
+from sqlalchemy import create_engine, event, insert, inspect, select
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,8 +37,9 @@ from modelci.store.schema import (
     TargetRow,
     utcnow,
 )
+from modelci.store.series import RunPoint, RunSeries, load_series
 
-__all__ = ["Store", "StoredRun", "database_url"]
+__all__ = ["RunPoint", "RunSeries", "Store", "StoredRun", "database_url"]
 
 
 def database_url(value: str) -> str:
@@ -296,44 +297,10 @@ class Store:
                 stmt = stmt.where(RunRow.runner == runner)
             return list(session.scalars(stmt))
 
-    def series(self, workload: str, metric: str, runner: str | None = None) -> list[dict[str, Any]]:
-        """One metric of one workload across the history, oldest first, with its target and summaries."""
-        # Issue 9 (docs/overhead.md), over 10,000 runs: the IN keeps SQLite to the workload's own results, each
-        # with one lookup in the covering ix_metrics_name_result_summary, instead of every result that has a
-        # metric of that name; targets are read once each, not once per point. SQLAlchemy's SQLite datetime
-        # parser cost as much as the query, so SQLite hands over the text it stored and datetime.fromisoformat
-        # reads it to the same naive datetime.
-        raw_time = self.engine.dialect.name == "sqlite"
-        started = type_coerce(RunRow.started_at, String) if raw_time else RunRow.started_at
-        of_workload = select(ResultRow.id).where(ResultRow.workload == workload)
-        stmt = (
-            select(RunRow.id, started, RunRow.runner, RunRow.target_id, ResultRow.status, MetricRow.median,
-                   MetricRow.minimum, MetricRow.maximum, MetricRow.final, MetricRow.n)
-            .select_from(MetricRow).join(ResultRow, MetricRow.result_id == ResultRow.id)
-            .join(RunRow, ResultRow.run_id == RunRow.id)
-            .where(ResultRow.workload == workload, MetricRow.name == metric, MetricRow.result_id.in_(of_workload))
-            .order_by(RunRow.started_at, RunRow.id)
-        )
-        if runner:
-            stmt = stmt.where(RunRow.runner == runner)
+    def series(self, workload: str, metric: str, runner: str | None = None) -> RunSeries:
+        """One metric of one workload across the history, one point per run, oldest first (store/series.py)."""
         with self.engine.connect() as connection:
-            rows = connection.execute(stmt).all()
-            ids = sorted({row[3] for row in rows})
-            targets = {}
-            for start in range(0, len(ids), 500):  # stay below the bound-parameter limit of older SQLite
-                query = select(TargetRow.id, TargetRow.name, TargetRow.version, TargetRow.kind, TargetRow.commit,
-                               TargetRow.wheel_sha256).where(TargetRow.id.in_(ids[start:start + 500]))
-                targets.update((row[0], row[1:]) for row in connection.execute(query))
-        points = []
-        for run_id, started_at, run_runner, target_id, status, median, minimum, maximum, final, n in rows:
-            name, version, kind, commit, wheel_sha256 = targets[target_id]
-            if raw_time and started_at is not None:
-                started_at = datetime.fromisoformat(started_at)
-            points.append({"id": run_id, "started_at": started_at, "runner": run_runner, "name": name,
-                           "version": version, "kind": kind, "commit": commit, "wheel_sha256": wheel_sha256,
-                           "status": status, "median": median, "minimum": minimum, "maximum": maximum,
-                           "final": final, "n": n})
-        return points
+            return load_series(connection, workload, metric, runner)
 
     def workloads(self, runner: str | None = None) -> list[dict[str, Any]]:
         """Each workload in the history with its latest status and run, for `modelci history`."""

@@ -86,7 +86,11 @@ class ResultRow(Base):
     """One workload's outcome in a run."""
 
     __tablename__ = "results"
-    __table_args__ = (Index("ix_results_workload_status", "workload", "status"),)
+    __table_args__ = (
+        Index("ix_results_workload_status", "workload", "status"),
+        # `Store.series` walks one workload's results in run order from this index alone (issue 9)
+        Index("ix_results_workload_run", "workload", "run_id", "status"),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     workload: Mapped[str] = mapped_column(String(300))

@@ -1,0 +1,58 @@
+"""`modelci history WORKLOAD --metric NAME`: the recent runs of a series by default, every run with --all.
+
+Through the real CLI entry point over a real SQLite history in a temp dir.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from modelci import cli, targets
+from modelci.envs import Environment
+from modelci.records import Metric, Result
+from modelci.store import Store
+
+T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+ENVIRONMENT = Environment(id="env-1", path=None, python=Path("/usr/bin/python3"), spec=None, lock="fw==1.0\n",
+                          fingerprint={"python": "3.11"}, isolated=True)
+
+
+@pytest.fixture
+def history(tmp_path, monkeypatch):
+    """A history of five runs of s/A, on 1.0 ... 1.4, and the CLI pointed at it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MODELCI_DB", str(tmp_path / "history.db"))
+    monkeypatch.setenv("MODELCI_ARTIFACTS", str(tmp_path / "artifacts"))
+    store = Store(str(tmp_path / "history.db"), str(tmp_path / "artifacts"))
+    for i in range(5):
+        result = Result(workload="s/A", status="ok", metrics={"time.infer": Metric("time.infer", "samples",
+                                                                                    [0.001 * (i + 1)], "s")})
+        store.ingest(target=targets.resolve(f"fw==1.{i}"), environment=ENVIRONMENT, runner="cpu",
+                     results=[result], started_at=T0 + timedelta(hours=i))
+    return store
+
+
+def shown_versions(out: str) -> list[str]:
+    return [f"1.{i}" for i in range(5) if f"fw==1.{i} " in out]
+
+
+def test_history_shows_the_last_runs_and_says_how_to_see_all(history, capsys):
+    assert cli.main(["history", "s/A", "--metric", "time.infer", "--last", "2"]) == 0
+    out = capsys.readouterr().out
+    assert shown_versions(out) == ["1.3", "1.4"] and "5.00 ms" in out
+    assert "the last 2 of 5 runs; --all shows every run" in out
+
+    assert cli.main(["history", "s/A", "--metric", "time.infer", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert shown_versions(out) == ["1.0", "1.1", "1.2", "1.3", "1.4"] and "--all" not in out
+    # the default (50) covers this short history whole
+    assert cli.main(["history", "s/A", "--metric", "time.infer"]) == 0
+    assert shown_versions(capsys.readouterr().out) == ["1.0", "1.1", "1.2", "1.3", "1.4"]
+
+
+def test_history_refuses_a_last_below_one(history, capsys):
+    assert cli.main(["history", "s/A", "--metric", "time.infer", "--last", "0"]) == 2
+    assert "--last 0: give a number of runs of at least 1, or --all" in capsys.readouterr().err
