@@ -7,10 +7,14 @@
   time.train, time.infer, mem.peak_rss, loss as a curve, one user metric) and 2-3 small output arrays
   (16x3 float32, 10 float64, sometimes 4x4 int64), into a SQLite history that already holds runs. Every
   result's arrays are new bytes, as after a real change. Median of 7 ingests.
-- history: `Store.series(workload, metric)` (what `modelci history` and the history check read) over a
+- history: `Store.series(workload, metric)` (what `modelci history WORKLOAD --metric NAME` reads) over a
   history of 10,000 runs of 10 workloads with 6 metrics each (600,000 metric rows), with and without a
   runner filter. The history is written with SQLAlchemy Core in bulk (it is the setup, not what is measured).
   Median of 15 queries.
+- the `history` command around that call: `modelci history WORKLOAD --metric time.infer` through the CLI's
+  entry point in this process (config, opening the store, the query, the table of the last 50 runs, printed
+  into a buffer), median of 7; the same with `--all` (a table of 10,000 rows), once; and the whole command
+  as the user starts it, in a fresh process (interpreter start and imports included), median of 5.
 
 Both are reported as wall time and as CPU time of this process: on a shared runner whose load average is
 several times its core count, the wall time mostly measures the wait for a core; the CPU time is what the
@@ -20,9 +24,13 @@ work costs, and what the wall time is on an idle machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import datetime, timedelta, timezone
@@ -32,6 +40,7 @@ from types import SimpleNamespace
 import numpy as np
 from sqlalchemy import insert
 
+from modelci import cli
 from modelci.records import Metric, Result
 from modelci.store import Store
 from modelci.store.schema import EnvironmentRow, MetricRow, ResultRow, RunRow, TargetRow
@@ -156,6 +165,39 @@ def bench_series(folder: Path, runs: int, repeats: int) -> dict[str, Clock]:
     return clocks
 
 
+def bench_command(folder: Path, runs: int, repeats: int) -> dict[str, Clock]:
+    """Wall and CPU seconds of `modelci history WORKLOAD --metric time.infer` over the history of bench_series:
+    in this process (default table, and --all) and as a fresh process."""
+    env = {**os.environ, "MODELCI_DB": str(folder / "history.db"), "MODELCI_ARTIFACTS": str(folder / "artifacts")}
+    argv = ["history", WORKLOADS[0], "--metric", "time.infer"]
+    clocks = {"in process, last 50 runs shown (the default)": Clock(), f"in process, --all ({runs:,} rows)": Clock(),
+              "fresh process, last 50 runs shown": Clock()}
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.update(env)
+    os.chdir(folder)  # no modelci.toml or pyproject.toml of someone else's
+    try:
+        for attempt in range(repeats + 1):
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer), (clocks["in process, last 50 runs shown (the default)"]
+                                                      if attempt else Clock()):
+                assert cli.main(argv) == 0
+            assert "the last 50 of" in buffer.getvalue(), buffer.getvalue()[-500:]
+        with contextlib.redirect_stdout(io.StringIO()), clocks[f"in process, --all ({runs:,} rows)"]:
+            assert cli.main([*argv, "--all"]) == 0
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved)
+    command = [str(Path(sys.executable).with_name("modelci")), *argv]
+    for _ in range(5):
+        started = time.perf_counter()
+        subprocess.run(command, env=env, cwd=folder, check=True, capture_output=True)
+        # the child's CPU time is not this process's: its wall time stands in for both
+        clocks["fresh process, last 50 runs shown"].wall.append(time.perf_counter() - started)
+        clocks["fresh process, last 50 runs shown"].cpu.append(float("nan"))
+    return clocks
+
+
 def main() -> None:
     """Run both measurements and print them as markdown."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -165,14 +207,20 @@ def main() -> None:
     folder = Path(args.folder or tempfile.mkdtemp(prefix="store-bench-"))
     ingest = bench_ingest(folder, 7)
     series = bench_series(folder, args.runs, 15)
+    command = bench_command(folder, args.runs, 7)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nMachine: {os.cpu_count()} CPUs, load average {load:.1f}. SQLite (WAL), local artifact folder.\n")
     print("| measurement | wall, median | wall, min | CPU, median | CPU, min |\n|---|---|---|---|---|")
     rows = [("ingest one run of 100 results (600 metric rows, 250 arrays)", ingest)]
     rows += [(f"`Store.series` over {args.runs:,} runs, {label}", clock) for label, clock in series.items()]
+    rows += [(f"`modelci history W --metric time.infer`, {label}", clock) for label, clock in command.items()]
     for label, clock in rows:
         print(f"| {label} | {statistics.median(clock.wall) * 1000:.0f} ms | {min(clock.wall) * 1000:.0f} ms "
-              f"| {statistics.median(clock.cpu) * 1000:.0f} ms | {min(clock.cpu) * 1000:.0f} ms |")
+              f"| {_ms(statistics.median(clock.cpu))} | {_ms(min(clock.cpu))} |")
+
+
+def _ms(seconds: float) -> str:
+    return "-" if seconds != seconds else f"{seconds * 1000:.0f} ms"  # NaN: not measured
 
 
 if __name__ == "__main__":
