@@ -15,12 +15,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from compatfw import write_project
 
 from modelci import compat, workflow
 from modelci import config as config_module
 from modelci.errors import UserError
+from modelci.execute import forked
 from modelci.report import compat_report
 from modelci.store import Store
 from modelci.store import compat_schema as records
@@ -295,7 +297,8 @@ class Hangs(_W):
 '''
 
 
-def test_a_model_that_kills_or_hangs_the_loader_is_a_finding_and_the_rest_still_load(tmp_path):
+@pytest.mark.parametrize("isolation", ["none", "fork"])
+def test_a_model_that_kills_or_hangs_the_loader_is_a_finding_and_the_rest_still_load(tmp_path, isolation):
     suite = tmp_path / "crashy"
     suite.mkdir()
     (suite / "models.py").write_text(CRASHY)
@@ -303,11 +306,56 @@ def test_a_model_that_kills_or_hangs_the_loader_is_a_finding_and_the_rest_still_
     names = ["Fine", "Aborts", "Fine", "Hangs", "Fine"]
     jobs = [{"index": i, "workload": f"crashy/{n}", "format": "txt", "path": str(tmp_path / "model"), "seed": 0}
             for i, n in enumerate(names)]
-    done = compat.run_jobs(Path(sys.executable), {"crashy": suite}, jobs, tmp_path / "jobs", timeout=3)
+    # "fork": the jobs run in forks of a warm worker, as the record step of `run` does (issue 9)
+    (tmp_path / "scratch").mkdir()
+    with forked.Executor(Path(sys.executable), tmp_path / "scratch", isolation="fork") as executor:
+        done = compat.run_jobs(Path(sys.executable), {"crashy": suite}, jobs, tmp_path / "jobs", timeout=3,
+                               executor=executor if isolation == "fork" else None)
+        assert (executor.worker is not None) == (isolation == "fork")  # a hang killed the child, not the worker
     assert [done[i]["status"] for i in range(5)] == ["ok", "load_failed", "ok", "load_failed", "ok"]
     assert "signal SIGABRT" in done[1]["reason"]
     assert "killed after 3 s" in done[3]["reason"]
     assert done[4]["outputs"]["v"]["shape"] == [1]
+
+
+PARENT = '''\
+import os
+import modelci
+
+
+class Parent(modelci.Workload):
+    framework = "python"
+
+    def setup(self, ctx):
+        pass
+
+    def example_inputs(self):
+        return {"ppid": [os.getppid()], "hashseed": [int(os.environ.get("PYTHONHASHSEED", "-1"))]}
+'''
+
+
+def test_jobs_run_in_a_fork_of_the_runs_worker_when_the_seed_matches_and_spawn_otherwise(tmp_path):
+    suite = tmp_path / "parent"
+    suite.mkdir()
+    (suite / "models.py").write_text(PARENT)
+    jobs = [{"index": i, "workload": "parent/Parent", "file": str(suite / "models.py"), "seed": seed}
+            for i, seed in enumerate([7, 8])]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with forked.Executor(Path(sys.executable), scratch, seed=7, isolation="fork") as executor:
+        executor.discover({"parent": suite})  # starts the worker, as a run has by then
+        worker = executor.worker.pid
+        done = compat.run_jobs(Path(sys.executable), {"parent": suite}, jobs, tmp_path / "jobs", command="inputs",
+                               executor=executor, framework="python")
+    got = {}
+    for index in (0, 1):
+        record = done[index]
+        assert record["status"] == "ok", record
+        got[index] = {name: int(np.load(Path(record["_folder"]) / entry["file"])[0])
+                      for name, entry in record["inputs"].items()}
+    assert got[0] == {"ppid": worker, "hashseed": 7}
+    # seed 8: a fork would keep the worker's hash seed 7, so that job gets a process of its own
+    assert got[1]["ppid"] != worker and got[1]["hashseed"] == 8
 
 
 def test_version_filter():

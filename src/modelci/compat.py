@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import shutil
 import signal
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -111,10 +109,12 @@ def target_dict(target: Any) -> dict[str, Any]:
 
 def record_saved_models(store: Any, target: Any, env: Any, results: list[Any], *, seed: int = 0,
                         suites: dict[str, Path] | None = None, workloads: list[Any] | None = None,
-                        scratch: Path | None = None, runner: str = "", threads: int = 0) -> list[dict[str, Any]]:
+                        scratch: Path | None = None, runner: str = "", threads: int = 0,
+                        executor: Any = None) -> list[dict[str, Any]]:
     """Store each saved model of the fresh ok results, with its manifest; returns the manifests.
 
-    Runs before the run's scratch folder is deleted. A `current` target has no version for compat to order
+    Runs before the run's scratch folder is deleted. `executor` is the run's executor for `env`: the producer's
+    example inputs are then made in a fork of its warm worker rather than a fresh process (see `run_jobs`). A `current` target has no version for compat to order
     by, so nothing is recorded for it. Saving the same bytes twice stores them once, and a manifest with the
     same key (same producer, workload, format, bytes, seed, inputs and outputs) is written once.
     """
@@ -126,7 +126,10 @@ def record_saved_models(store: Any, target: Any, env: Any, results: list[Any], *
     infos = {w.id: w for w in workloads or []}
     files = {w.id: w.file for w in infos.values()}
     wanted = sorted({r.workload for r, _ in saved if _mentions_inputs(files.get(r.workload))})
-    inputs = _producer_inputs(store, env, suites, files, wanted, scratch, seed, threads) if suites and scratch else {}
+    frameworks = {infos[w].framework for w in wanted if w in infos}
+    framework = frameworks.pop() if len(frameworks) == 1 else ""
+    inputs = (_producer_inputs(store, env, suites, files, wanted, scratch, seed, threads, executor, framework)
+              if suites and scratch else {})
     producer, outputs, manifests = target_dict(target), {}, []
     for result, entry in saved:
         if id(result) not in outputs:
@@ -170,13 +173,15 @@ def _mentions_inputs(file: str | None) -> bool:
 
 
 def _producer_inputs(store: Any, env: Any, suites: dict[str, Path], files: dict[str, str], wanted: list[str],
-                     scratch: Path, seed: int, threads: int) -> dict[str, dict[str, Any]]:
+                     scratch: Path, seed: int, threads: int, executor: Any = None,
+                     framework: str = "") -> dict[str, dict[str, Any]]:
     """The producer's `example_inputs()` as stored arrays, per workload (one process for all of them)."""
     if not wanted:
         return {}
     jobs = [{"index": i, "workload": w, "file": files.get(w), "seed": seed} for i, w in enumerate(wanted)]
     folder = Path(tempfile.mkdtemp(prefix="inputs-", dir=scratch))
-    done = run_jobs(env.python, suites, jobs, folder, command="inputs", timeout=600, threads=threads)
+    done = run_jobs(env.python, suites, jobs, folder, command="inputs", timeout=600, threads=threads,
+                    executor=executor, framework=framework)
     found = {}
     for job in jobs:
         record = done.get(job["index"], {})
@@ -192,12 +197,18 @@ def _producer_inputs(store: Any, env: Any, suites: dict[str, Path], files: dict[
 
 def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], folder: Path, *,
              command: str = "load", timeout: float = 1800.0, threads: int = 0,
-             on_job: Callable[[dict[str, Any]], object] | None = None) -> dict[int, dict[str, Any]]:
+             on_job: Callable[[dict[str, Any]], object] | None = None, executor: Any = None,
+             framework: str = "") -> dict[int, dict[str, Any]]:
     """Run compat_child jobs, one process per seed for all its jobs; returns index -> the job's record.
 
     A job that kills or hangs its process gets a `load_failed` record naming the signal or the timeout, and a
     fresh process takes the jobs after it: one bad model never hides the others. `on_job` hears of each job as
     it starts (progress). One process per seed, because the producer's process had PYTHONHASHSEED = its seed.
+
+    With `executor` (the run's `execute.forked.Executor` for this environment), the process is a fork of its
+    warm worker, which has imported the framework already (issue 9: a fresh process cost `import torch` again,
+    4.8 s of a zoo:torch run); `framework` names the helper whose prologue the worker runs first. Jobs whose
+    seed is not the executor's get a process of their own, since a fork keeps the worker's hash seed.
     """
     records: dict[int, dict[str, Any]] = {}
     for seed in sorted({int(job.get("seed", 0)) for job in jobs}):
@@ -208,12 +219,16 @@ def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], 
             out = folder / f"{command}-{seed}-{attempt}"
             out.mkdir(parents=True, exist_ok=True)
             (out / "jobs.json").write_text(json.dumps(pending))
-            cmd = [str(python), "-m", "modelci.workload.compat_child", command, "--jobs", str(out / "jobs.json"),
-                   "--out", str(out)]
-            cmd += [arg for name, path in suites.items() for arg in ("--suite", f"{name}={path}")]
-            env = local.child_env(local.shim_dir(folder), seed, threads)
+            argv = [command, "--jobs", str(out / "jobs.json"), "--out", str(out)]
+            argv += [arg for name, path in suites.items() for arg in ("--suite", f"{name}={path}")]
             by_index = {job["index"]: job for job in pending}
-            code, hung = _watch(cmd, env, out, timeout, lambda i: on_job and i in by_index and on_job(by_index[i]))
+            watchdog = _Watchdog(out, timeout, lambda i: on_job and i in by_index and on_job(by_index[i]))
+            if executor is not None and executor.seed == seed:
+                code, _ = executor.run_module(COMPAT_CHILD, argv, out, None, framework, watch=watchdog)
+            else:
+                env = local.child_env(local.shim_dir(folder), seed, threads)
+                code, _ = local.spawn([str(python), "-m", COMPAT_CHILD, *argv], env, out, None, watch=watchdog)
+            hung = watchdog.fired
             started = len(records)
             for job in pending:
                 result = out / str(job["index"]) / "result.json"
@@ -241,34 +256,26 @@ def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], 
     return records
 
 
-def _watch(cmd: list[str], env: dict[str, str], out: Path, timeout: float,
-           started: Callable[[int], object]) -> tuple[int | None, bool]:
-    """Run the child; kill it when one job runs longer than `timeout`. Returns (exit code, hung)."""
-    with open(out / "stdout.txt", "wb") as stdout, open(out / "stderr.txt", "wb") as stderr:
-        proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        began, seen = time.monotonic(), None
-        try:
-            while True:
-                try:
-                    return proc.wait(timeout=0.05), False
-                except subprocess.TimeoutExpired:
-                    pass
-                current = _current(out)
-                if current != seen:
-                    began, seen = time.monotonic(), current
-                    if current is not None:
-                        started(current)
-                if time.monotonic() - began > timeout:
-                    break
-        finally:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-    return None, True
+#: the in-environment entry point that loads saved models and writes example inputs
+COMPAT_CHILD = "modelci.workload.compat_child"
+
+
+class _Watchdog:
+    """Called while a compat child runs: True once one job has run longer than `timeout` (the child is then
+    killed); tells `started` of each job the child announces in OUT/current."""
+
+    def __init__(self, out: Path, timeout: float, started: Callable[[int], object]):
+        self.out, self.timeout, self.started = out, timeout, started
+        self.began, self.seen, self.fired = time.monotonic(), None, False
+
+    def __call__(self) -> bool:
+        current = _current(self.out)
+        if current != self.seen:
+            self.began, self.seen = time.monotonic(), current
+            if current is not None:
+                self.started(current)
+        self.fired = time.monotonic() - self.began > self.timeout
+        return self.fired
 
 
 def _current(out: Path) -> int | None:

@@ -227,7 +227,6 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         with _timed(timings, "execute"):
             results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch, results,
                                                     reuse, progress, executor=executor)
-        executor.close()
         timings.update(executor.timings)
         outcome.reused = reused
         started = utcnow()
@@ -240,11 +239,13 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                 )
         if interrupted:
             raise Interrupted(outcome.run_id)
-        # saved models become compat records while the scratch folder still holds them (issue 6)
+        # saved models become compat records while the scratch folder still holds them (issue 6); their inputs
+        # are made in a fork of the run's warm worker, which is stopped only then (issue 9)
         with _timed(timings, "compat"):
             compat.record_saved_models(store, target, env, results, seed=config.seed, suites=suites,
                                        workloads=workloads, scratch=scratch, runner=config.runner,
-                                       threads=config.values.get("threads", 0))
+                                       threads=config.values.get("threads", 0), executor=executor)
+        executor.close()
         fresh = {id(r) for r in results if not r.reused}
         with _timed(timings, "checks"):
             outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)

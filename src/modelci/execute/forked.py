@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from modelci.errors import HarnessError, UserError
 from modelci.execute import local
@@ -100,7 +100,7 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            readable, _, _ = select.select([fd], [], [], remaining)
+            readable, _, _ = select.select([fd], [], [], None if remaining == float("inf") else remaining)
             if not readable:
                 return None
             chunk = os.read(fd, 65536)
@@ -255,16 +255,17 @@ class Executor:
         result.info.update(isolation="fork", worker_rss=ended.worker_rss)
         return result
 
-    def run_module(self, module: str, argv: list[str], log_dir: Path, timeout: float,
-                   framework: str = "") -> tuple[int | None, float]:
+    def run_module(self, module: str, argv: list[str], log_dir: Path, timeout: float | None,
+                   framework: str = "", watch: Callable[[], bool] | None = None) -> tuple[int | None, float]:
         """Run another in-environment entry point (`python -m module argv...`, e.g. compat_child) the same way.
 
-        Returns (exit code, or None on timeout or a dead worker; seconds), as `local.spawn` does; logs go to
-        `log_dir`. `framework` names the helper whose prologue the worker runs first.
+        Returns (exit code, or None on timeout, a dead worker or `watch`; seconds), as `local.spawn` does; logs
+        go to `log_dir`. `framework` names the helper whose prologue the worker runs first. `watch` is called
+        while the child runs, and the child is killed once it returns True (as in `local.spawn`).
         """
-        ended = self._fork(module, argv, log_dir, timeout, framework)
+        ended = self._fork(module, argv, log_dir, timeout, framework, watch)
         if ended is None:
-            return local.spawn([str(self.python), "-m", module, *argv], self._env(), log_dir, timeout)
+            return local.spawn([str(self.python), "-m", module, *argv], self._env(), log_dir, timeout, watch)
         return ended.code, ended.seconds
 
     # -- the worker ------------------------------------------------------------------------------------
@@ -293,14 +294,14 @@ class Executor:
         self.worker = worker
         return worker
 
-    def _fork(self, module: str, argv: list[str], log_dir: Path, timeout: float,
-              framework: str = "") -> ForkOutcome | None:
+    def _fork(self, module: str, argv: list[str], log_dir: Path, timeout: float | None, framework: str = "",
+              watch: Callable[[], bool] | None = None) -> ForkOutcome | None:
         """Run `module.main(argv)` in a fork of the worker; None when it must be spawned instead."""
         worker = self._worker()
         if worker is None:
             return None
         start = time.monotonic()
-        deadline = start + timeout
+        deadline = start + timeout if timeout is not None else float("inf")
         pid = None
         try:
             worker.send(module=module, argv=argv, log_dir=str(log_dir), cwd=os.getcwd(), framework=framework,
@@ -314,7 +315,7 @@ class Executor:
                 self.close()
                 return None
             pid = self.child_pid = message["pid"]
-            message = worker.receive(deadline)
+            message = self._wait(worker, deadline, watch)
             if message is None:
                 kill_group(pid)
                 if worker.receive(time.monotonic() + GRACE_S) is None:
@@ -335,6 +336,16 @@ class Executor:
                 kill_group(pid)  # Ctrl-C: what finished is kept, the running child is stopped
             self._discard_worker()  # its next message would answer this job, not the next one
             raise
+
+    @staticmethod
+    def _wait(worker: Worker, deadline: float, watch: Callable[[], bool] | None) -> dict[str, Any] | None:
+        """The worker's next message; None when `deadline` passes or `watch` returns True first."""
+        if watch is None:
+            return worker.receive(deadline)
+        while True:
+            message = worker.receive(min(deadline, time.monotonic() + local.WATCH_INTERVAL))
+            if message is not None or time.monotonic() >= deadline or watch():
+                return message
 
     def _discard_worker(self) -> None:
         if self.worker is not None:

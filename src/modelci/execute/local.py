@@ -16,7 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -96,20 +96,36 @@ def tail(path: Path, limit: int = STDERR_TAIL_CHARS) -> str:
     return text.strip()
 
 
-def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float) -> tuple[int | None, float]:
+#: seconds between two calls of a `watch` function while a child runs
+WATCH_INTERVAL = 0.05
+
+
+def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float | None,
+          watch: Callable[[], bool] | None = None) -> tuple[int | None, float]:
     """Run a child in its own process group; returns (exit code or None on timeout, seconds).
 
     Its own session means a Ctrl-C at the terminal reaches only the parent, which then kills the
     child and stores what it has (DESIGN.md: an interrupted run is stored, marked interrupted).
+    `watch`, when given, is called every WATCH_INTERVAL seconds; the child is killed (exit code None) once
+    it returns True. compat uses it for a timeout per job of a child that runs many jobs.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    deadline = start + timeout if timeout is not None else float("inf")
     with open(log_dir / "stdout.txt", "wb") as out, open(log_dir / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        code: int | None = None
         try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
+            while True:
+                step = deadline - time.monotonic()
+                if watch is not None:
+                    step = min(step, WATCH_INTERVAL)
+                try:
+                    code = proc.wait(timeout=max(step, 0.0) if step != float("inf") else None)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline or (watch is not None and watch()):
+                        break
         except BaseException:
             _kill(proc)
             raise
