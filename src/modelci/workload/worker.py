@@ -290,7 +290,7 @@ class Channel:
 
 
 def serve(channel: Channel, names: list[str]) -> int:
-    """Preload, report ready, then fork one child per job until EOF."""
+    """Preload, report ready, then fork one child per job; exits the process at EOF."""
     done: list[str] = []
     skipped: dict[str, str] = {}
     warmed: set[str] = set()
@@ -302,7 +302,11 @@ def serve(channel: Channel, names: list[str]) -> int:
     while True:
         job = channel.receive()
         if job is None:
-            return 0
+            # EOF: nothing is left to do, and a normal interpreter exit tears torch's modules down for half a
+            # second while the parent waits (issue 9); every child has been reaped already
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         framework = job.get("framework") or ""
         if framework and framework not in warmed and not unsafe:
             warmed.add(framework)
