@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import ruptures
-from scipy import ndimage, stats
+
+# ruptures and scipy are imported where they are used: together they take over a second to import, and the
+# check after every run needs neither until a series has MIN_POINTS_FOR_ESTIMATE points before its tail (issue 9)
 
 #: detect_changes: penalty = sd**2 * long-run AR(1) variance factor * (2 ln n + PENALTY_OFFSET). The 2 ln n term
 #: keeps the false change points per series flat as the series grows (BIC-like).
@@ -274,6 +275,8 @@ def _mann_whitney(before: np.ndarray, after: np.ndarray) -> float:
     """Two-sided Mann-Whitney U p-value; 1.0 when every value is equal (scipy would divide by zero)."""
     if np.all(before == before[0]) and np.all(after == before[0]):
         return 1.0
+    from scipy import stats
+
     return float(stats.mannwhitneyu(before, after, alternative="two-sided").pvalue)
 
 
@@ -306,6 +309,8 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
 def _segment(x: np.ndarray, penalty: float, min_size: int) -> list[int]:
     """PELT with the l2 cost; returns the end of each segment, the last one being len(x)."""
     # KernelCPD with the linear kernel is PELT on the l2 cost written in C: ~100x faster than rpt.Pelt
+    import ruptures
+
     algo = ruptures.KernelCPD(kernel="linear", min_size=min_size, jump=1).fit(x.reshape(-1, 1))
     return [int(end) for end in algo.predict(pen=penalty)]
 
@@ -314,6 +319,8 @@ def _drop_spikes(x: np.ndarray, sd: float, min_size: int) -> np.ndarray:
     """Replace each spike (beyond SPIKE sds of the median of its 2 min_size + 1 neighbours) by that median."""
     # mode="mirror" so that the last point's window holds it once: a spike there is still replaced,
     # while a step in the last min_size points moves the median with it and is kept
+    from scipy import ndimage
+
     local = ndimage.median_filter(x, size=2 * min_size + 1, mode="mirror")
     return np.where(np.abs(x - local) > SPIKE * sd, local, x)
 
