@@ -91,7 +91,7 @@ def test_people_acknowledge_silence_and_resolve(history):
     # after the date the silence lapses: back to acknowledged (someone had acknowledged it)
     later = lifecycle.list_alarms(history.store, today=today + timedelta(days=4))
     assert later[0].status == "acknowledged, recovered" and later[0].acknowledged_by == "alice"
-    lifecycle.resolve(history.store, [alarm.id], "bob", "fixed in 1.2")
+    lifecycle.resolve(history.store, [alarm.id], "bob", "fixed in 1.2", today=today + timedelta(days=4))
     assert lifecycle.list_alarms(history.store) == []
     shown = lifecycle.get_alarm(history.store, alarm.id)
     assert [e["event"] for e in shown.events] == ["opened", "acknowledged", "silenced", "recovered", "unsilenced",

@@ -6,14 +6,16 @@ A real SQLite file and a real artifact folder in a temp dir.
 from __future__ import annotations
 
 import sqlite3
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from sqlalchemy import event
 
 from modelci import targets
+from modelci.errors import UserError
 from modelci.envs import Environment
 from modelci.records import Metric, Result
 from modelci.store import Store
@@ -140,3 +142,82 @@ def test_series_reads_indexes_only_and_sorts_nothing_in_sqlite(store):
     assert any("COVERING INDEX ix_results_workload_run" in step for step in plan), plan
     assert any("COVERING INDEX ix_metrics_name_result_summary (name=? AND result_id=?)" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan
+
+
+def alarmed_history(tmp_path: Path) -> tuple[Store, int]:
+    """A history with one run and one alarm on it, silenced until tomorrow (a writer's store)."""
+    from modelci.alarms import lifecycle
+
+    store = Store(str(tmp_path / "history.db"), str(tmp_path / "artifacts"))
+    ingest(store, "1.0", [result("s/A", 1.0)])
+    firing = lifecycle.Observation("cpu", "s/A", "timing", "time.infer", True, message="slower")
+    (opened,) = lifecycle.apply(store, SimpleNamespace(alarms={}), [firing])
+    lifecycle.silence(store, [opened.alarm.id], date.today() + timedelta(days=1), "alice")
+    return store, opened.alarm.id
+
+
+def database_bytes(path: Path) -> bytes:
+    """The database with its write-ahead log, as a reader may not change them."""
+    return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")) if not p.name.endswith("-shm"))
+
+
+@pytest.mark.parametrize("how", ["flag", "url"])
+def test_a_read_only_store_lists_alarms_and_shows_a_lapsed_silence_without_writing(tmp_path, how):
+    """The dashboard lists alarms from a history it may only read; listing once recorded lapsed silences."""
+    from modelci.alarms import lifecycle
+
+    writer, alarm_id = alarmed_history(tmp_path)
+    writer.engine.dispose()
+    path = tmp_path / "history.db"
+    before = database_bytes(path)
+    reader = (Store(str(path), str(tmp_path / "artifacts"), readonly=True) if how == "flag"
+              else Store(f"sqlite:///file:{path}?mode=ro&uri=true", str(tmp_path / "artifacts")))
+    assert reader.readonly
+
+    later = date.today() + timedelta(days=5)
+    (alarm,) = lifecycle.list_alarms(reader, today=later)
+    assert (alarm.id, alarm.state, alarm.silenced_until) == (alarm_id, "open", None)
+    assert [a.id for a in lifecycle.list_alarms(reader, states=["open"], today=later)] == [alarm_id]
+    assert lifecycle.list_alarms(reader, states=["silenced"], today=later) == []
+    assert lifecycle.get_alarm(reader, alarm_id, today=later).state == "open"
+    # before the date it is still silenced, and reads see that too
+    assert lifecycle.list_alarms(reader)[0].status == f"silenced until {date.today() + timedelta(days=1)}"
+    assert reader.series("s/A", "time.infer").run_id == (1,)
+    reader.engine.dispose()
+    assert database_bytes(path) == before
+
+    # a writer records the lapse when it next acts
+    lifecycle.acknowledge(writer, [alarm_id], "bob", today=later)
+    shown = lifecycle.get_alarm(writer, alarm_id)
+    assert shown.state == "acknowledged" and [e["event"] for e in shown.events][-2:] == ["unsilenced", "acknowledged"]
+
+
+def test_a_read_only_store_refuses_writes_with_a_message(tmp_path):
+    from modelci.alarms import lifecycle
+
+    writer, alarm_id = alarmed_history(tmp_path)
+    reader = Store(str(tmp_path / "history.db"), str(tmp_path / "artifacts"), readonly=True)
+    with pytest.raises(UserError, match="opened read-only, so nothing can be stored or changed"):
+        ingest(reader, "1.1", [result("s/A", 2.0)])
+    with pytest.raises(UserError, match="opened read-only"):
+        lifecycle.acknowledge(reader, [alarm_id], "bob")
+    assert lifecycle.get_alarm(writer, alarm_id).state == "silenced"
+    with pytest.raises(UserError, match="no history database .* to read"):
+        Store(str(tmp_path / "nothing.db"), str(tmp_path / "artifacts"), readonly=True)
+    sqlite3.connect(tmp_path / "other.db").execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(UserError, match="holds no modelci history"):
+        Store(str(tmp_path / "other.db"), str(tmp_path / "artifacts"), readonly=True)
+    assert [r.id for r in writer.runs()] == [1]
+
+
+def test_a_read_only_history_from_before_the_alarm_tables_lists_no_alarms(tmp_path):
+    from modelci.alarms import lifecycle
+
+    writer, alarm_id = alarmed_history(tmp_path)
+    writer.engine.dispose()
+    with sqlite3.connect(tmp_path / "history.db") as db:
+        db.executescript("DROP TABLE alarm_events; DROP TABLE alarms;")
+    reader = Store(str(tmp_path / "history.db"), str(tmp_path / "artifacts"), readonly=True)
+    assert lifecycle.list_alarms(reader) == []
+    with pytest.raises(UserError, match=f"no alarm {alarm_id}"):
+        lifecycle.get_alarm(reader, alarm_id)

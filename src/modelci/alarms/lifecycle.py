@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 
 from modelci import checks
 from modelci.alarms import changes
@@ -108,13 +108,17 @@ class AlarmEvent:
     reopened: bool = False
 
 
-def to_alarm(row: AlarmRow, events: bool = False) -> Alarm:
-    """A row as an Alarm (with its event log when asked)."""
+def to_alarm(row: AlarmRow, events: bool = False, today: date | None = None) -> Alarm:
+    """A row as an Alarm (with its event log when asked). Given `today`, a silence that lapsed before it shows as
+    the state it goes back to, though the row still says silenced (only writers record the lapse)."""
+    state, until = row.state, row.silenced_until
+    if today is not None and _lapsed(row, today):
+        state, until = _after_silence(row), None
     alarm = Alarm(
         id=row.id, runner=row.runner, workload=row.workload, check=row.check, metric=row.metric, kind=row.kind,
-        state=row.state, recovered=row.recovered_at is not None, count=row.count, message=row.message,
+        state=state, recovered=row.recovered_at is not None, count=row.count, message=row.message,
         numbers=dict(row.numbers or {}), target=row.target_label, last_target=row.last_target_label,
-        opened_at=_aware(row.opened_at), last_seen_at=_aware(row.last_seen_at), silenced_until=row.silenced_until,
+        opened_at=_aware(row.opened_at), last_seen_at=_aware(row.last_seen_at), silenced_until=until,
         acknowledged_by=row.acknowledged_by, resolved_by=row.resolved_by, note=row.note,
         recovered_runs=row.recovered_runs,
         culprit=next((e.detail for e in reversed(row.events) if e.event in BISECT_EVENTS), ""),
@@ -200,9 +204,24 @@ def _lapse_silences(session: Any, today: date, run_id: int | None) -> None:
     """A silence ends after its date: the alarm goes back to the state it would have had."""
     stmt = select(AlarmRow).where(AlarmRow.state == "silenced", AlarmRow.silenced_until < today)
     for row in session.scalars(stmt):
-        row.state = "acknowledged" if row.acknowledged_at is not None else "open"
+        row.state = _after_silence(row)
         _event(session, row, "unsilenced", run_id, detail=f"silence until {row.silenced_until} lapsed")
         row.silenced_until = None
+
+
+def _lapsed(row: AlarmRow, today: date) -> bool:
+    """Whether the alarm is silenced until a date before `today`."""
+    return row.state == "silenced" and row.silenced_until is not None and row.silenced_until < today
+
+
+def _after_silence(row: AlarmRow) -> str:
+    """The state a silenced alarm goes back to: acknowledged when someone had acknowledged it, else open."""
+    return "acknowledged" if row.acknowledged_at is not None else "open"
+
+
+def _has_alarms(store: Any) -> bool:
+    """Whether the history holds the alarm tables (a read-only history made before them does not)."""
+    return inspect(store.engine).has_table(AlarmRow.__tablename__)
 
 
 def log_event(store: Any, alarm_ids: Iterable[int], event: str, run_id: int | None = None, detail: str = "") -> None:
@@ -220,37 +239,46 @@ def _event(session: Any, row: AlarmRow, event: str, run_id: int | None = None, b
 
 def list_alarms(store: Any, *, states: Iterable[str] | None = None, runner: str | None = None,
                 today: date | None = None) -> list[Alarm]:
-    """Alarms, grouped by the target they first fired on (newest group first); by default the live ones."""
-    ensure_tables(store.engine)
-    with store.sessions.begin() as session:
-        _lapse_silences(session, today or date.today(), None)
-        stmt = select(AlarmRow).order_by(AlarmRow.id)
-        wanted = list(states) if states else ["open", "acknowledged", "silenced"]
-        stmt = stmt.where(AlarmRow.state.in_(wanted))
+    """Alarms, grouped by the target they first fired on (newest group first); by default the live ones.
+
+    It only reads: the dashboard lists alarms from a history it may not write. A silence that has lapsed shows
+    as lapsed; the next run, `modelci alarms check` or an action on the alarm records the lapse.
+    """
+    if not _has_alarms(store):
+        return []
+    today = today or date.today()
+    wanted = set(states) if states else {"open", "acknowledged", "silenced"}
+    # a stored "silenced" may read as open or acknowledged once its date has passed
+    stored = (wanted | {"silenced"}) if wanted & {"open", "acknowledged"} else wanted
+    with store.sessions() as session:
+        stmt = select(AlarmRow).where(AlarmRow.state.in_(sorted(stored))).order_by(AlarmRow.id)
         if runner:
             stmt = stmt.where(AlarmRow.runner == runner)
-        alarms = [to_alarm(row) for row in session.scalars(stmt)]
+        alarms = [alarm for alarm in (to_alarm(row, today=today) for row in session.scalars(stmt))
+                  if alarm.state in wanted]
     newest = {}
     for alarm in alarms:
         newest[alarm.group] = max(newest.get(alarm.group, 0), alarm.id)
     return sorted(alarms, key=lambda a: (-newest[a.group], a.group, a.id))
 
 
-def get_alarm(store: Any, alarm_id: int) -> Alarm:
-    """One alarm with its event log; an unknown id is a UserError."""
-    ensure_tables(store.engine)
+def get_alarm(store: Any, alarm_id: int, today: date | None = None) -> Alarm:
+    """One alarm with its event log (a lapsed silence shown as lapsed, as list_alarms does); an unknown id is a
+    UserError. It only reads."""
+    if not _has_alarms(store):
+        raise UserError(f"no alarm {alarm_id}: this history holds no alarms yet")
     with store.sessions() as session:
-        return to_alarm(_row(session, alarm_id), events=True)
+        return to_alarm(_row(session, alarm_id), events=True, today=today or date.today())
 
 
-def acknowledge(store: Any, ids: Iterable[int], by: str, note: str = "") -> list[Alarm]:
+def acknowledge(store: Any, ids: Iterable[int], by: str, note: str = "", today: date | None = None) -> list[Alarm]:
     """Someone is on it: open (or silenced) alarms become acknowledged; they stay until resolved."""
-    return _act(store, ids, "acknowledged", by, note)
+    return _act(store, ids, "acknowledged", by, note, today=today)
 
 
-def resolve(store: Any, ids: Iterable[int], by: str, note: str = "") -> list[Alarm]:
+def resolve(store: Any, ids: Iterable[int], by: str, note: str = "", today: date | None = None) -> list[Alarm]:
     """Close alarms; the same finding later opens a new alarm."""
-    return _act(store, ids, "resolved", by, note)
+    return _act(store, ids, "resolved", by, note, today=today)
 
 
 def silence(store: Any, ids: Iterable[int], until: date, by: str, note: str = "",
@@ -258,15 +286,18 @@ def silence(store: Any, ids: Iterable[int], until: date, by: str, note: str = ""
     """Mute alarms until a date (inclusive): they keep counting but notify nobody; afterwards they come back."""
     if until < (today or date.today()):
         raise UserError(f"--until {until.isoformat()} is in the past; give a date from today on")
-    return _act(store, ids, "silenced", by, note, until=until)
+    return _act(store, ids, "silenced", by, note, until=until, today=today)
 
 
-def _act(store: Any, ids: Iterable[int], state: str, by: str, note: str, until: date | None = None) -> list[Alarm]:
-    """A person's action on some alarms, all or none (one transaction)."""
+def _act(store: Any, ids: Iterable[int], state: str, by: str, note: str, until: date | None = None,
+         today: date | None = None) -> list[Alarm]:
+    """A person's action on some alarms, all or none (one transaction), after recording the silences that
+    lapsed (reads leave that to writers)."""
     ensure_tables(store.engine)
     now = utcnow()
     done = []
     with store.sessions.begin() as session:
+        _lapse_silences(session, today or date.today(), None)
         for alarm_id in ids:
             row = _row(session, alarm_id)
             if row.state == "resolved":

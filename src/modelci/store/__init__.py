@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import create_engine, event, insert, inspect, select
+from sqlalchemy import create_engine, event, insert, inspect, make_url, select
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -42,11 +43,21 @@ from modelci.store.series import RunPoint, RunSeries, load_series
 __all__ = ["RunPoint", "RunSeries", "Store", "StoredRun", "database_url"]
 
 
-def database_url(value: str) -> str:
-    """A SQLAlchemy URL from a URL or a file path (a path means SQLite)."""
+def database_url(value: str, readonly: bool = False) -> str:
+    """A SQLAlchemy URL from a URL or a file path (a path means SQLite); `readonly` opens a SQLite file read-only
+    (SQLite's `mode=ro`), which refuses every write, as a history on a read-only share needs."""
     if "://" in value:
-        return value
+        url = make_url(value)
+        if not readonly or url.get_backend_name() != "sqlite" or url.query.get("mode") == "ro" or not url.database:
+            return value
+        database = url.database if url.database.startswith("file:") else f"file:{quote(url.database)}"
+        return url.set(database=database).update_query_dict({"mode": "ro", "uri": "true"}).render_as_string(False)
     path = Path(value).expanduser().resolve()
+    if readonly:
+        if not path.is_file():
+            raise UserError(f"there is no history database {path} to read; give the file that `modelci run` "
+                            "writes (db in modelci.toml, MODELCI_DB or --db)")
+        return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
 
@@ -87,14 +98,24 @@ class Store:
     """The history database and the artifact store behind one object."""
 
     def __init__(self, db: str, artifacts: str, *, artifacts_options: dict[str, Any] | None = None,
-                 artifacts_readonly: bool = False):
-        self.url = database_url(db)
+                 artifacts_readonly: bool = False, readonly: bool = False):
+        self.url = database_url(db, readonly)
+        #: opened read-only: a SQLite URL with mode=ro, which `readonly` makes of a path; then nothing is created
+        #: or changed, not even the tables a newer modelci adds (readers find them absent)
+        self.readonly = make_url(self.url).query.get("mode") == "ro"
         self.artifacts = ArtifactStore(artifacts, artifacts_options, artifacts_readonly)
         self.engine = create_engine(self.url)
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", _sqlite_pragmas_readonly if self.readonly else _sqlite_pragmas)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        if self.readonly:  # any ORM write (alarm actions, findings, compat results) stops with the reason
+            event.listen(self.sessions, "before_flush", lambda *_: self.refuse_write())
         self._check_schema()
+
+    def refuse_write(self) -> None:
+        """Raise the UserError for a write to a store opened read-only."""
+        raise UserError(f"the history {self.url} is opened read-only, so nothing can be stored or changed in it; "
+                        "open it without mode=ro to write")
 
     @classmethod
     def from_config(cls, config: Any) -> Store:
@@ -105,6 +126,9 @@ class Store:
     def _check_schema(self) -> None:
         try:
             tables = set(inspect(self.engine).get_table_names())
+            if "schema_info" not in tables and self.readonly:
+                raise UserError(f"{self.url} holds no modelci history (no schema_info table), and it is opened "
+                                "read-only, so none is created; give the database that `modelci run` writes")
             if "schema_info" not in tables:
                 Base.metadata.create_all(self.engine)
                 with self.sessions.begin() as session:
@@ -122,7 +146,7 @@ class Store:
                 "or point MODELCI_DB at a new file"
             )
         missing = {t.name for t in Base.metadata.sorted_tables} - tables
-        if missing:
+        if missing and not self.readonly:
             # tables added within one schema version (alarms, compat, noise profiles) only ever add rows of
             # their own, so an existing history gains them empty instead of refusing to open
             Base.metadata.create_all(self.engine, tables=[t for t in Base.metadata.sorted_tables if t.name in missing])
@@ -143,6 +167,8 @@ class Store:
         started_at: datetime | None = None,
     ) -> int:
         """Store a run and all its results in one transaction; sets each result's id; returns the run id."""
+        if self.readonly:
+            self.refuse_write()
         # blobs first: content-addressed, so a blob without a row is harmless, a row without a blob is not
         digests = [{name: self.artifacts.put_array(array) for name, array in r.outputs.items()} for r in results]
         try:
@@ -360,4 +386,11 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_pragmas_readonly(dbapi_connection: Any, _record: Any) -> None:
+    # the journal mode is the writer's to set (changing it writes the file); a reader only waits for a writer
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
