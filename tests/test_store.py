@@ -124,6 +124,12 @@ def test_series_is_one_metric_of_one_workload_oldest_first_with_its_target(store
         assert len(empty) == 0 and list(empty) == [] and empty.median == () and not empty
 
 
+def test_runs_that_started_at_the_same_time_follow_their_run_ids(store):
+    first, second = (ingest(store, version, [result("s/A", 1.0)], minutes=5) for version in ("1.1", "1.0"))
+    earlier = ingest(store, "0.9", [result("s/A", 1.0)], minutes=1)
+    assert store.series("s/A", "time.infer").run_id == (earlier, first, second)
+
+
 def test_series_reads_indexes_only_and_sorts_nothing_in_sqlite(store):
     """Issue 9: `history` over 10,000 runs in under 50 ms needs the workload's results and their metric read from
     covering indexes; a plan that reads every metric of that name, or sorts in SQLite, took twice as long."""

@@ -118,7 +118,7 @@ def load_series(connection: Connection, workload: str, metric: str, runner: str 
     if runner:
         stmt = stmt.where(RunRow.runner == runner)
     rows = connection.execute(stmt).all()
-    rows.sort(key=itemgetter(1, 0))
+    rows.sort(key=itemgetter(1))  # stable: runs that started at the same time stay in run id order
     columns: list[tuple[Any, ...]] = list(zip(*rows)) if rows else [()] * len(_RUN_COLUMNS)
     if sqlite:
         columns[1] = tuple(map(datetime.fromisoformat, columns[1]))
