@@ -23,6 +23,7 @@ from modelci.execute.local import WorkloadInfo
 from modelci.workload import npy
 
 ZOO_NUMPY = Path(modelci.__file__).resolve().parent / "zoo" / "numpy"
+ZOO_TORCH = Path(modelci.__file__).resolve().parent / "zoo" / "torch"
 
 TINY_SUITE = '''\
 import modelci
@@ -61,13 +62,15 @@ def run_both(fake_project, target: str, pattern: str | None = None) -> dict[str,
     return by_mode
 
 
-def executor_results(python: Path, suites: dict[str, Path], scratch: Path, mode: str, **kwargs) -> dict:
-    """Discover and run every workload of `suites` with one Executor; returns workload -> result."""
+def executor_results(python: Path, suites: dict[str, Path], scratch: Path, mode: str, only: str = "",
+                     **kwargs) -> dict:
+    """Discover and run every workload of `suites` (whose id contains `only`) with one Executor; returns
+    workload -> result."""
     scratch.mkdir(parents=True, exist_ok=True)
     with forked.Executor(python, scratch, isolation=mode, threads=1, **kwargs) as executor:
         found = executor.discover(suites)
-        return {w["id"]: executor.run_workload(suites, WorkloadInfo.from_json(w), timeout=120)
-                for w in found["workloads"]}
+        return {w["id"]: executor.run_workload(suites, WorkloadInfo.from_json(w), timeout=600)
+                for w in found["workloads"] if only in w["id"]}
 
 
 def fakefw_env(fake_project, version: str):
@@ -189,13 +192,15 @@ def test_fork_falls_back_to_spawn_where_forking_is_unsafe(tmp_path, monkeypatch)
     (suite / "ranks.py").write_text(TINY_SUITE.format(n=0) + "\n\nclass TwoRanks(Tiny0):\n    devices = 2\n")
     suites = {"multi": suite}
 
+    # rank 0 of a `devices = 2` workload is forked like any other, and forks rank 1 from itself
     results = executor_results(Path(sys.executable), suites, tmp_path / "devices", "fork")
     assert results["multi/Tiny0"].info["isolation"] == "fork"
-    assert results["multi/TwoRanks"].info["isolation"] == "spawn"
-    assert "devices = 2" in results["multi/TwoRanks"].info["isolation_reason"]
+    assert results["multi/TwoRanks"].info["isolation"] == "fork"
+    assert results["multi/TwoRanks"].info["ranks"] == "fork"
 
     results = executor_results(Path(sys.executable), suites, tmp_path / "spawn", "spawn")
     assert {r.info["isolation"] for r in results.values()} == {"spawn"}
+    assert results["multi/TwoRanks"].info["ranks"] == "spawn"  # every process fresh, the ranks too
 
     # threads = 0 leaves OpenBLAS its own pool: the worker's `import numpy` starts a thread, so no fork
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
@@ -225,3 +230,46 @@ def test_run_outcome_times_the_harness_steps(fake_project):
     assert set(steps) <= set(outcome.timings)
     assert all(outcome.timings[s] >= 0 for s in steps)
     assert sum(outcome.timings[s] for s in steps if s != "worker_start") <= wall
+
+
+def torch_env(tmp_path: Path, monkeypatch):
+    """The torch 2.13.0 environment, from the persistent cache of the torch tests (built once per machine)."""
+    for key in [k for k in os.environ if k.startswith("MODELCI_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    cache = Path(os.environ.get("MODELCI_TEST_CACHE", Path.home() / ".cache" / "modelci-tests"))
+    (tmp_path / "modelci.toml").write_text(f'cache_dir = "{cache}"\nthreads = 1\n')
+    cfg = config_module.load()
+    try:
+        return workflow.environment_for(cfg, targets.resolve("torch==2.13.0"), log=lambda _: None)
+    except UserError as exc:
+        if os.environ.get("CI"):  # CI installs what the tests need: a skip there would hide a broken install
+            raise
+        pytest.skip(f"torch 2.13.0 cannot be installed here: {exc}")
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_zoo_torch_ranks_forked_from_rank_0_match_fresh_ranks_and_one_process(tmp_path, monkeypatch):
+    env = torch_env(tmp_path, monkeypatch)
+    suites = {"torch": ZOO_TORCH}
+    # the first environment holds what the torch helper needs (numpy): no second environment after discovery
+    with forked.Executor(env.python, tmp_path, threads=1) as executor:
+        found = executor.discover(suites)
+    assert workflow.missing_requirements(env, [WorkloadInfo.from_json(w) for w in found["workloads"]]) == []
+
+    fork = executor_results(env.python, suites, tmp_path / "fork", "fork", only="DataParallel")
+    spawn = executor_results(env.python, suites, tmp_path / "spawn", "spawn", only="DataParallel")
+    two, other = fork["torch/DataParallelMLP"], spawn["torch/DataParallelMLP"]
+    assert two.status == other.status == "ok", (two.reason, two.stderr_tail, other.reason)
+    assert (two.info["isolation"], two.info["ranks"]) == ("fork", "fork"), two.info.get("ranks_reason")
+    assert (other.info["isolation"], other.info["ranks"]) == ("spawn", "spawn")
+    assert two.info["world_size"] == 2
+    assert outputs_bytes(two) == outputs_bytes(other)
+    assert two.metrics["loss"].values == other.metrics["loss"].values
+    # DDP over two forked ranks learns what one process learns on the full batch
+    one = fork["torch/DataParallelMLPReference"]
+    assert len(two.metrics["loss"].values) >= 10
+    assert two.metrics["loss"].values == pytest.approx(one.metrics["loss"].values, rel=1e-5)
+    ratio = two.metrics["mem.peak_rss"].values[0] / other.metrics["mem.peak_rss"].values[0]
+    assert 0.9 < ratio < 1.1, ratio

@@ -116,11 +116,20 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
     requirements = list(target.requirements)
     if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
         requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)
-    extra = list(dict.fromkeys([*UNDECLARED_NEEDS.get(target.name, []), *extra]))
+    extra = list(dict.fromkeys([*UNDECLARED_NEEDS.get(target.name, []), *helper_needs(target.name), *extra]))
     spec = envs.EnvSpec(requirements=[*requirements, *extra], python=config.python, index=index)
     env = envs.ensure(spec, cache, log=log, environ=environ)
     target.version = envs.installed_version(env, target.name) or target.version
     return env
+
+
+def helper_needs(dist: str) -> list[str]:
+    """What the harness's helper for the framework a target provides needs besides it (torch: numpy).
+
+    Added to the first environment, because found only at discovery it cost a second environment and a second
+    worker that imported the framework again (issue 9). The environment is the one discovery would have led to.
+    """
+    return [need for dists in FRAMEWORK_DISTS.values() if dists[0] == canonicalize_name(dist) for need in dists[1:]]
 
 
 def _workload_environ(config: Config) -> dict[str, str]:

@@ -8,8 +8,9 @@ kills the child's process group), the stderr tail and peak RSS per workload (see
 
 It falls back to a fresh process per workload, with the reason in `Result.info["isolation_reason"]`, where
 forking is unsafe: `isolation = "spawn"`, a platform other than Linux, a worker that initialised a GPU
-runtime or started threads while importing, a workload with `devices > 1` (its ranks are processes of
-their own), or a worker that keeps dying.
+runtime or started threads while importing, or a worker that keeps dying. Rank 0 of a `devices > 1` workload
+forks the other ranks from itself after the prologue (`--ranks fork`, see workload/child.py), except with
+`isolation = "spawn"`, where every process is fresh.
 """
 
 from __future__ import annotations
@@ -179,6 +180,8 @@ class Executor:
         self.python = Path(python)
         self.scratch = Path(scratch)
         self.seed, self.threads, self.start_timeout = seed, threads, start_timeout
+        #: the isolation asked for; `isolation` is the one in force
+        self.configured = isolation
         #: why this executor spawns instead of forking; "" while it forks
         self.reason = fork_unavailable() if isolation == "fork" else 'isolation = "spawn" in the configuration'
         self.worker: Worker | None = None
@@ -235,16 +238,15 @@ class Executor:
         if not self.suite_folders:
             self.suite_folders = list(suites.values())
         out = Path(tempfile.mkdtemp(prefix=workload.name[:40] + "-", dir=self.scratch))
-        argv = local.run_args(suites, workload, out, seed=self.seed, repeats=repeats, save=save)
-        reason = self.reason or (f"devices = {workload.devices}: its ranks run as processes of their own"
-                                 if workload.devices > 1 else "")
-        ended = None if reason else self._fork(CHILD, argv, out, timeout, workload.framework)
+        # with isolation = "spawn" every process is fresh, the other ranks of a `devices > 1` workload too
+        argv = local.run_args(suites, workload, out, seed=self.seed, repeats=repeats, save=save,
+                              ranks="spawn" if self.configured == "spawn" else "fork")
+        ended = None if self.reason else self._fork(CHILD, argv, out, timeout, workload.framework)
         if ended is None:
-            reason = reason or self.reason
             cmd = [str(self.python), "-m", "modelci.workload.child", *argv]
             code, seconds = local.spawn(cmd, self._env(), out, timeout)
             result = local.child_outcome(workload, out, code, seconds, timeout)
-            result.info.update(isolation="spawn", isolation_reason=reason)
+            result.info.update(isolation="spawn", isolation_reason=self.reason)
             return result
         if ended.died:
             result = local.child_outcome(workload, out, None, ended.seconds, timeout)

@@ -177,14 +177,20 @@ def run_workload(
 
 
 def run_args(suites: dict[str, Path], workload: WorkloadInfo, out: Path, *, seed: int = 0,
-             repeats: int | None = None, save: bool = True) -> list[str]:
-    """The arguments of `modelci.workload.child` that run one workload into `out` (shared with forked.py)."""
+             repeats: int | None = None, save: bool = True, ranks: str = "fork") -> list[str]:
+    """The arguments of `modelci.workload.child` that run one workload into `out` (shared with forked.py).
+
+    `ranks` says how rank 0 of a `devices > 1` workload starts the others: "fork" (from itself, where that is
+    safe) or "spawn" (fresh processes, with `isolation = "spawn"`).
+    """
     args = ["run", "--workload", workload.id, "--file", workload.file, "--out", str(out), "--seed", str(seed)]
     args += [arg for name, folder in suites.items() for arg in ("--suite", f"{name}={folder}")]
     if repeats is not None:
         args += ["--repeats", str(repeats)]
     if not save:
         args.append("--no-save")
+    if workload.devices > 1 and ranks != "fork":
+        args += ["--ranks", ranks]
     return args
 
 

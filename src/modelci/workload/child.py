@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -290,7 +291,7 @@ def free_port() -> int:
 
 
 def start_ranks(args: argparse.Namespace, world_size: int, port: int) -> list[subprocess.Popen]:
-    """Start ranks 1..N-1 as copies of this process; rank 0 is this process and reports for all."""
+    """Start ranks 1..N-1 as fresh copies of this process; rank 0 is this process and reports for all."""
     procs = []
     for rank in range(1, world_size):
         rank_out = Path(args.out) / f"rank-{rank}"
@@ -301,7 +302,79 @@ def start_ranks(args: argparse.Namespace, world_size: int, port: int) -> list[su
     return procs
 
 
-def join_ranks(procs: list[subprocess.Popen], out: Path, rec: Recorder) -> None:
+class ForkedRank:
+    """A rank forked from rank 0, with the part of Popen's interface that `join_ranks` uses."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code (negative: a signal); subprocess.TimeoutExpired after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG if deadline is not None else 0)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"rank {self.pid}", timeout)
+            else:
+                time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the rank."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def fork_hazard() -> str:
+    """Why ranks cannot be forked from this process now, or "" when they can.
+
+    A fork copies only the calling thread, so a lock held by another thread would stay locked in the rank; a
+    GPU runtime already initialised here cannot be used by a forked rank (NCCL needs a context of its own).
+    """
+    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+        return f"no fork on {sys.platform}"
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        return "the thread count cannot be read (/proc)"
+    if threads > 1:
+        return f"this process runs {threads} threads"
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return "CUDA is initialised in this process"
+    except Exception:  # noqa: BLE001 - a half-built torch must not stop the check
+        pass
+    return ""
+
+
+def fork_ranks(args: argparse.Namespace, world_size: int) -> tuple[list[ForkedRank], int]:
+    """Fork ranks 1..N-1 from this process, right after the prologue, so that each starts in the state a fresh
+    rank reaches after its own import, seeding and determinism flags (issue 9: a fresh rank imported torch
+    again, 3 s of a 2-rank workload). Returns (the ranks, 0) in rank 0, and ([], rank) in a forked rank,
+    whose stdout and stderr then go to `rank-<rank>.log`, as a spawned rank's do.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ranks = []
+    for rank in range(1, world_size):
+        pid = os.fork()
+        if pid == 0:
+            log = os.open(Path(args.out) / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            for fd in (1, 2):
+                os.dup2(log, fd)
+            os.close(log)
+            return [], rank
+        ranks.append(ForkedRank(pid))
+    return ranks, 0
+
+
+def join_ranks(procs: list[subprocess.Popen] | list[ForkedRank], out: Path, rec: Recorder) -> None:
     """Wait for the other ranks; a rank that failed or crashed makes the whole result fail."""
     for rank, proc in enumerate(procs, 1):
         try:
@@ -321,14 +394,16 @@ def execute(args: argparse.Namespace) -> int:
     """Run one workload and write result.json; exceptions become `failed` (or `skipped`) results.
 
     A workload with `devices = N` runs as N cooperating processes (torch.distributed with gloo on CPU):
-    this process is rank 0 and starts the others; rank 0 reports.
+    this process is rank 0 and starts the others; rank 0 reports. The other ranks are forks of this process
+    taken after the prologue (`--ranks fork`, the default, where forking is safe), or fresh processes.
     """
     suites = parse_suites(args.suite)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rec = Recorder(out, args.workload)
     rec.data["info"]["python"] = platform.python_version()
-    ranks: list[subprocess.Popen] = []
+    ranks: list[subprocess.Popen] | list[ForkedRank] = []
+    forked_rank = 0
     helper = None
     try:
         cls, path = find_class(suites, args.workload, args.file)
@@ -336,16 +411,28 @@ def execute(args: argparse.Namespace) -> int:
         helper.seed(args.seed)
         helper.set_determinism(True)
         world_size = args.world_size or max(1, int(cls.devices))
+        if world_size > 1 and args.rank == 0:
+            args.master_port = args.master_port or free_port()
+            hazard = fork_hazard() if args.ranks == "fork" else "--ranks spawn"
+            rec.data["info"]["ranks"] = "spawn" if hazard else "fork"
+            if hazard:
+                rec.data["info"]["ranks_reason"] = hazard
+                ranks = start_ranks(args, world_size, args.master_port)
+            else:
+                ranks, forked_rank = fork_ranks(args, world_size)
+            if forked_rank:  # this process is now rank `forked_rank`: it reports into its own folder, as a fresh one
+                args.rank, args.save, ranks = forked_rank, False, []
+                out = Path(args.out) / f"rank-{forked_rank}"
+                rec = Recorder(out, args.workload)  # first: nothing this rank records may land in rank 0's files
+                rec.data["info"]["python"] = platform.python_version()
+                out.mkdir(parents=True, exist_ok=True)
         device = helper.default_device(args.rank) if args.device == "auto" else args.device
         rec.data["info"]["device"] = device
         ctx = Context(seed=args.seed, device=device, scratch=out / "scratch", rank=args.rank,
                       world_size=world_size)
         ctx.scratch.mkdir(exist_ok=True)
         if world_size > 1:
-            port = args.master_port or free_port()
-            if args.rank == 0:
-                ranks = start_ranks(args, world_size, port)
-            helper.init_distributed(args.rank, world_size, "127.0.0.1", port)
+            helper.init_distributed(args.rank, world_size, "127.0.0.1", args.master_port)
             rec.data["info"]["world_size"] = world_size
         run_phases(cls(), cls, ctx, helper, rec, args)
         for name, values in ctx.metrics.items():
@@ -369,6 +456,11 @@ def execute(args: argparse.Namespace) -> int:
     rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
     rec.data["info"]["modules"] = module_info(sorted({"numpy", "torch", "paddle", *args.report_module}))
     rec.write()
+    if forked_rank:
+        # a forked rank must not return into rank 0's caller, nor run the exit handlers rank 0 registered
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
@@ -407,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     run.add_argument("--world-size", type=int, default=0, help=argparse.SUPPRESS)
     run.add_argument("--master-port", type=int, default=0, help=argparse.SUPPRESS)
+    run.add_argument("--ranks", choices=("fork", "spawn"), default="fork",
+                     help="how rank 0 starts the other ranks of a `devices > 1` workload: forked from itself after "
+                          "the prologue where that is safe (default), or as fresh processes")
     args = parser.parse_args(argv)
     if args.command == "run" and args.rank > 0:
         args.save = False  # rank 0 reports and saves for the group
