@@ -167,7 +167,7 @@ def database_bytes(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")) if not p.name.endswith("-shm"))
 
 
-@pytest.mark.parametrize("how", ["flag", "url"])
+@pytest.mark.parametrize("how", ["flag", "flag on a url", "url"])
 def test_a_read_only_store_lists_alarms_and_shows_a_lapsed_silence_without_writing(tmp_path, how):
     """The dashboard lists alarms from a history it may only read; listing once recorded lapsed silences."""
     from modelci.alarms import lifecycle
@@ -176,9 +176,9 @@ def test_a_read_only_store_lists_alarms_and_shows_a_lapsed_silence_without_writi
     writer.engine.dispose()
     path = tmp_path / "history.db"
     before = database_bytes(path)
-    reader = (Store(str(path), str(tmp_path / "artifacts"), readonly=True) if how == "flag"
-              else Store(f"sqlite:///file:{path}?mode=ro&uri=true", str(tmp_path / "artifacts")))
-    assert reader.readonly
+    db = {"flag": str(path), "flag on a url": f"sqlite:///{path}", "url": f"sqlite:///file:{path}?mode=ro&uri=true"}
+    reader = Store(db[how], str(tmp_path / "artifacts"), readonly=how != "url")
+    assert reader.readonly and reader.url == f"sqlite:///file:{path}?mode=ro&uri=true"
 
     later = date.today() + timedelta(days=5)
     (alarm,) = lifecycle.list_alarms(reader, today=later)

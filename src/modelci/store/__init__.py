@@ -50,8 +50,9 @@ def database_url(value: str, readonly: bool = False) -> str:
         url = make_url(value)
         if not readonly or url.get_backend_name() != "sqlite" or url.query.get("mode") == "ro" or not url.database:
             return value
-        database = url.database if url.database.startswith("file:") else f"file:{quote(url.database)}"
-        return url.set(database=database).update_query_dict({"mode": "ro", "uri": "true"}).render_as_string(False)
+        if url.database.startswith("file:"):  # already a SQLite URI: it only lacks the mode
+            return url.update_query_dict({"mode": "ro", "uri": "true"}).render_as_string(False)
+        value = url.database  # a plain file: opened read-only below, as a path is
     path = Path(value).expanduser().resolve()
     if readonly:
         if not path.is_file():
