@@ -227,3 +227,14 @@ def test_a_read_only_history_from_before_the_alarm_tables_lists_no_alarms(tmp_pa
     assert lifecycle.list_alarms(reader) == []
     with pytest.raises(UserError, match=f"no alarm {alarm_id}"):
         lifecycle.get_alarm(reader, alarm_id)
+
+
+def test_an_existing_history_gains_the_indexes_added_since_it_was_made(tmp_path):
+    db = tmp_path / "history.db"
+    Store(str(db), str(tmp_path / "artifacts"))
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP INDEX ix_results_workload_run")
+    Store(str(db), str(tmp_path / "artifacts"))
+    with sqlite3.connect(db) as connection:
+        names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "ix_results_workload_run" in names

@@ -99,6 +99,19 @@ def test_compare_reuses_stored_results(fake_project, cfg):
     assert again.comparisons[0].result.id == first.b.results[0].id
 
 
+def test_reuse_needs_the_same_seed_threads_and_repeats(fake_project, cfg):
+    spec, suites = str(fake_project.v10), [str(fake_project.suite)]
+    first = workflow.run(cfg, spec, suites, "Stable")
+    assert first.results[0].info["settings"] == {"seed": 0, "threads": 1, "repeats": 0}
+    assert workflow.run(cfg, spec, suites, "Stable", reuse=True).reused == 1
+    for changed in ({"threads": 2}, {"seed": 7}, {"repeats": 3}):
+        other = workflow.run(config_module.load(cli=changed), spec, suites, "Stable", reuse=True)
+        assert other.reused == 0, f"a result measured with other settings was reused for {changed}"
+        assert other.results[0].info["settings"] == first.results[0].info["settings"] | changed
+    again = workflow.run(config_module.load(cli={"threads": 2}), spec, suites, "Stable", reuse=True)
+    assert again.reused == 1
+
+
 def test_child_imports_the_targets_packages_not_the_harness(fake_project, cfg):
     outcome = workflow.run(cfg, str(fake_project.v11), [str(fake_project.suite)], "Stable")
     env_path = str(outcome.environment.path)

@@ -302,10 +302,12 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
             return _execute(config, store, target, env, suites, workloads, scratch, results, reuse, progress,
                             executor=own)
     reused = 0
+    settings = measured_with(config)
     progress.start(len(workloads))
     try:
         for workload in workloads:
-            previous = store.reusable(target, env.id, config.runner, workload.id, workload.code_hash) if reuse else None
+            previous = (store.reusable(target, env.id, config.runner, workload.id, workload.code_hash, settings)
+                        if reuse else None)
             if previous is not None:
                 previous.reused = True
                 results.append(previous)
@@ -315,6 +317,7 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
             progress.begin(workload.id)
             result = executor.run_workload(suites, workload, timeout=config.timeout,
                                            repeats=config.repeats or None)
+            result.info["settings"] = settings
             results.append(result)
             progress.done(workload.id, result)
     except KeyboardInterrupt:
@@ -322,6 +325,13 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
         return results, reused, True
     progress.stop()
     return results, reused, False
+
+
+def measured_with(config: Config) -> dict[str, int]:
+    """The harness settings that change what a result measures: the seed (outputs, curves), the thread count
+    (timings, and outputs where reductions are split) and the repeats (the timing samples). A stored result is
+    reused only for the same ones."""
+    return {"seed": config.seed, "threads": config.threads, "repeats": config.repeats}
 
 
 def policy_for(config: Config, store: Store, workload: str) -> Any:

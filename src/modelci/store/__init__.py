@@ -43,6 +43,10 @@ from modelci.store.series import RunPoint, RunSeries, load_series
 __all__ = ["RunPoint", "RunSeries", "Store", "StoredRun", "database_url"]
 
 
+#: how many of the latest matching results `reusable` looks through for one with the same settings
+REUSE_CANDIDATES = 20
+
+
 def database_url(value: str, readonly: bool = False) -> str:
     """A SQLAlchemy URL from a URL or a file path (a path means SQLite); `readonly` opens a SQLite file read-only
     (SQLite's `mode=ro`), which refuses every write, as a history on a read-only share needs."""
@@ -151,6 +155,20 @@ class Store:
             # tables added within one schema version (alarms, compat, noise profiles) only ever add rows of
             # their own, so an existing history gains them empty instead of refusing to open
             Base.metadata.create_all(self.engine, tables=[t for t in Base.metadata.sorted_tables if t.name in missing])
+        if not self.readonly:
+            self._add_missing_indexes(tables - missing)
+
+    def _add_missing_indexes(self, tables: set[str]) -> None:
+        """Indexes added within one schema version (the history queries' covering indexes) are created on an
+        existing history too: they change no row, and without them its queries fall back to slow plans."""
+        inspector = inspect(self.engine)
+        for table in Base.metadata.sorted_tables:
+            if table.name not in tables:
+                continue
+            present = {index["name"] for index in inspector.get_indexes(table.name)}
+            for index in table.indexes:
+                if index.name not in present:
+                    index.create(self.engine, checkfirst=True)
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -279,8 +297,11 @@ class Store:
             row = session.scalars(stmt).first()
             return self.to_result(row) if row else None
 
-    def reusable(self, target: Any, environment_id: str, runner: str, workload: str, code_hash: str) -> Result | None:
-        """The latest stored result for the same target, environment, runner and workload code, if any."""
+    def reusable(self, target: Any, environment_id: str, runner: str, workload: str, code_hash: str,
+                 settings: dict[str, Any] | None = None) -> Result | None:
+        """The latest stored result for the same target, environment, runner and workload code, if any; with
+        `settings`, only one measured with the same harness settings (`info["settings"]`: seed, threads,
+        repeats), so a result taken with 4 threads never stands in for one with 1."""
         ident = target.identity()
         with self.sessions() as session:
             stmt = (
@@ -289,10 +310,12 @@ class Store:
                        RunRow.environment_id == environment_id, RunRow.runner == runner,
                        ResultRow.status.not_in(("error",)))
                 .filter_by(**ident)
-                .order_by(RunRow.started_at.desc(), ResultRow.id.desc()).limit(1)
+                .order_by(RunRow.started_at.desc(), ResultRow.id.desc()).limit(REUSE_CANDIDATES)
             )
-            row = session.scalars(stmt).first()
-            return self.to_result(row) if row else None
+            for row in session.scalars(stmt):
+                if settings is None or (row.info or {}).get("settings") == settings:
+                    return self.to_result(row)
+            return None
 
     def run(self, run_id: str | int) -> StoredRun:
         """A stored run by id, or the latest one for `latest`; an unknown id is a UserError."""
