@@ -238,3 +238,25 @@ def test_an_existing_history_gains_the_indexes_added_since_it_was_made(tmp_path)
     with sqlite3.connect(db) as connection:
         names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "ix_results_workload_run" in names
+
+
+def test_each_run_keeps_the_fingerprint_of_the_machine_it_ran_on(store, tmp_path):
+    from modelci.envs import diff, refs
+
+    first, second = environment(), environment()
+    first.fingerprint = {"python": "3.11", "cpu": "Xeon 8375C", "cpu_count": 2}
+    second.fingerprint = {"python": "3.11", "cpu": "EPYC 9654", "cpu_count": 96}  # same packages, other machine
+    kwargs = dict(target=targets.resolve("fw==1.0"), results=[result("s/A", 1.0)], suites=["suite"])
+    a = store.ingest(environment=first, runner="box-a", started_at=T0, **kwargs)
+    b = store.ingest(environment=second, runner="box-b", started_at=T0 + timedelta(minutes=1),
+                     **dict(kwargs, results=[result("s/A", 1.0)]))
+    c = store.ingest(environment=first, runner="box-a", started_at=T0 + timedelta(minutes=2),
+                     **dict(kwargs, results=[result("s/A", 1.0)]))
+    assert store.run(a).row.environment_id == store.run(b).row.environment_id == "env-1"
+    assert store.run(a).fingerprint["cpu"] == store.run(c).fingerprint["cpu"] == "Xeon 8375C"
+    assert store.run(b).fingerprint["cpu"] == "EPYC 9654"
+    with sqlite3.connect(tmp_path / "history.db") as connection:  # only the run that differs stores its own
+        assert connection.execute("SELECT run_id FROM run_fingerprints").fetchall() == [(b,)]
+    ra, rb = refs.from_run(store, a), refs.from_run(store, b)
+    fields = {f.field for f in diff.diff(ra.id, ra.lock, ra.fingerprint, rb.id, rb.lock, rb.fingerprint).fingerprint}
+    assert {"cpu", "cpu_count"} <= fields

@@ -63,7 +63,8 @@ def from_run(store: Any, run_id: str | int) -> EnvRecord:
            "target_name": row.target.name, "target_version": row.target.version,
            "results": stored.results}
     label = f"run {row.id} (runner {row.runner}, target {row.target.spec})"
-    return EnvRecord(label, env.id, env.lock, dict(env.fingerprint or {}), run=run)
+    # the run's own machine: another runner (or this one after an upgrade) may have run the same environment
+    return EnvRecord(label, env.id, env.lock, stored.fingerprint, run=run)
 
 
 def _from_path(path: Path) -> EnvRecord:

@@ -297,9 +297,12 @@ def render_show(stored: Any, out: Console) -> None:
     out.print(f"[bold]run {row.id}[/] · {row.status} · target [bold]{escape(label)}[/] · runner {escape(row.runner)} · "
               f"{row.started_at:%Y-%m-%d %H:%M:%S}")
     env = row.environment
-    fp = env.fingerprint or {}
+    fp = stored.fingerprint or env.fingerprint or {}
     out.print(f"environment {env.id} ({'isolated' if env.isolated else 'not isolated'}): python {fp.get('python', '?')}"
               f" on {escape(str(fp.get('platform', '?')))}, {len(env.lock.splitlines())} packages locked")
+    if fp.get("cpu"):
+        out.print(f"machine: {escape(str(fp['cpu']))}, {fp.get('cpu_usable') or fp.get('cpu_count', '?')} usable cores"
+                  f"{', GPU ' + escape(', '.join(g.get('name', '?') for g in fp['gpus'])) if fp.get('gpus') else ''}")
     table = Table(show_edge=False, pad_edge=False)
     for column in ("result", "workload", "status", "train (median step)", "infer (median)", "peak RSS", "findings"):
         table.add_column(column)

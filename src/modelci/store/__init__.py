@@ -7,7 +7,7 @@ marked `interrupted` (DESIGN.md, "Storage").
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from modelci.store.schema import (
     MetricRow,
     OutputRow,
     ResultRow,
+    RunFingerprintRow,
     RunRow,
     SchemaInfo,
     TargetRow,
@@ -97,6 +98,8 @@ class StoredRun:
 
     row: RunRow
     results: list[Result]
+    #: the machine's fingerprint for this run: its own where it differs from the environment's, else that one
+    fingerprint: dict = field(default_factory=dict)
 
 
 class Store:
@@ -193,7 +196,7 @@ class Store:
         try:
             with self.sessions.begin() as session:
                 target_row = self._target_row(session, target)
-                self._environment_row(session, environment)
+                stored_fingerprint = self._environment_row(session, environment)
                 run = RunRow(
                     target_id=target_row.id, environment_id=environment.id, runner=runner, status=status,
                     suites=list(suites or []), selection=selection, command=command,
@@ -201,6 +204,8 @@ class Store:
                 )
                 session.add(run)
                 session.flush()
+                if environment.fingerprint and stored_fingerprint != environment.fingerprint:
+                    session.add(RunFingerprintRow(run_id=run.id, fingerprint=environment.fingerprint))
                 ids = self._insert_results(session, run.id, results, digests)
                 for result, result_id in zip(results, ids):
                     result.id = result_id
@@ -217,10 +222,14 @@ class Store:
             session.flush()
         return row
 
-    def _environment_row(self, session: Session, environment: Any) -> None:
-        if session.get(EnvironmentRow, environment.id) is None:
-            session.add(EnvironmentRow(id=environment.id, python=str(environment.python), isolated=environment.isolated,
-                                       lock=environment.lock, fingerprint=environment.fingerprint))
+    def _environment_row(self, session: Session, environment: Any) -> dict:
+        """Store the environment if it is new; returns the fingerprint its row holds."""
+        row = session.get(EnvironmentRow, environment.id)
+        if row is None:
+            row = EnvironmentRow(id=environment.id, python=str(environment.python), isolated=environment.isolated,
+                                 lock=environment.lock, fingerprint=environment.fingerprint)
+            session.add(row)
+        return dict(row.fingerprint or {})
 
     def _insert_results(self, session: Session, run_id: int, results: list[Result],
                         digests: list[dict[str, tuple[str, int]]]) -> list[int]:
@@ -334,7 +343,9 @@ class Store:
             results = [self.to_result(r) for r in row.results]
             findings = {r.id: list(r.findings) for r in row.results}
             _ = row.environment, row.target
-        stored = StoredRun(row=row, results=results)
+            own = session.get(RunFingerprintRow, row.id)
+            fingerprint = dict(own.fingerprint if own is not None else row.environment.fingerprint or {})
+        stored = StoredRun(row=row, results=results, fingerprint=fingerprint)
         for result in results:
             result.info["findings"] = [_finding_dict(f) for f in findings[result.id]]
         return stored

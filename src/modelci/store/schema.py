@@ -82,6 +82,20 @@ class RunRow(Base):
     results: Mapped[list["ResultRow"]] = relationship(back_populates="run", order_by="ResultRow.id")
 
 
+class RunFingerprintRow(Base):
+    """The fingerprint of the machine a run ran on, where it differs from its environment's.
+
+    An environment's id comes from its packages, interpreter and platform, so two runners sharing one history
+    (or one runner after a kernel or BLAS change) run the same environment on different machines. The
+    environment row keeps the fingerprint it was first stored with; a run whose machine says otherwise keeps its
+    own here, so "what was this measured on" has the right answer per run (`Store.run(...).fingerprint`).
+    """
+
+    __tablename__ = "run_fingerprints"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    fingerprint: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
 class ResultRow(Base):
     """One workload's outcome in a run."""
 
