@@ -52,6 +52,51 @@ def test_compare_flags_exactly_the_changes_of_fakefw_1_1(fake_project, cfg):
     assert precision.numbers["max_rel"] == pytest.approx(1e-3, rel=0.01)
     slow = next(f for f in by_workload["fakesuite/Slow"].findings if f.metric == "time.infer")
     assert slow.numbers["ratio"] > 1.5 and slow.numbers["p_value"] < 0.05
+    assert slow.numbers["confirmation"]["confirmed"] and slow.numbers["confirmation"]["ratio"] > 1.5
+    assert "confirmed by a second run of both" in slow.message
+
+
+FIRST_PASS_SLOW = """
+import pathlib, time
+import modelci
+
+CALLS = pathlib.Path(__file__).with_name("calls.txt")
+
+
+class FirstPassSlow(modelci.Workload):
+    \"\"\"Slow for the first run's inferences only, as if a load spike hit the A side of a compare.\"\"\"
+    framework = "python"
+    steps = 10
+    repeats = 7
+    warmup = 1
+
+    def train_step(self, ctx, step):
+        return 1.0 / (step + 1)
+
+    def infer(self, ctx):
+        calls = CALLS.stat().st_size if CALLS.exists() else 0
+        with CALLS.open("a") as handle:
+            handle.write("x")
+        time.sleep(0.04 if calls < 8 else 0.01)
+        return {"y": [1.0]}
+"""
+
+
+def test_compare_drops_a_timing_verdict_that_a_second_pass_does_not_confirm(fake_project, cfg, tmp_path):
+    suite = tmp_path / "spike"
+    suite.mkdir()
+    (suite / "spike.py").write_text(FIRST_PASS_SLOW)
+    spec = str(fake_project.v10)
+    outcome = workflow.compare(cfg, spec, spec, [str(suite)], rerun=True)
+    infer = next(f for f in outcome.comparisons[0].findings if f.metric == "time.infer")
+    assert infer.verdict == "ok" and not outcome.regressed
+    assert infer.numbers["ratio"] < 0.5  # the first pass saw B 4x faster ...
+    assert infer.numbers["confirmation"]["confirmed"] is False  # ... the second did not
+    assert "not confirmed" in infer.message
+    # without confirmation the spike is taken at its word
+    (suite / "calls.txt").unlink()
+    single = workflow.compare(cfg, spec, spec, [str(suite)], rerun=True, confirm=False)
+    assert next(f for f in single.comparisons[0].findings if f.metric == "time.infer").verdict == "improvement"
 
 
 def test_a_a_comparison_flags_nothing(fake_project, cfg):

@@ -26,7 +26,8 @@ EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 
 def add_selection(parser) -> None:
     """Options shared by the commands that run workloads: suites, -k, runner, timeout, repeats, --json."""
     parser.add_argument("--suite", action="append", default=[], help="folder of workload files or zoo:NAME; repeatable")
-    parser.add_argument("-k", dest="pattern", help="only workloads whose id contains this text (or matches this glob)")
+    parser.add_argument("-k", dest="pattern", help="only workloads whose id contains this text (or matches this glob); "
+                                                   "a whole id selects that workload alone")
     parser.add_argument("--runner", help="runner label (default: the host name; env MODELCI_RUNNER)")
     parser.add_argument("--timeout", type=float, help="seconds per workload before it is killed (env MODELCI_TIMEOUT)")
     parser.add_argument("--repeats", type=int, help="timed inference repeats per workload")

@@ -12,6 +12,9 @@ def add_parser(sub) -> None:
     parser.add_argument("b", metavar="B", help="the target under test")
     add_selection(parser)
     parser.add_argument("--rerun", action="store_true", help="run both targets again instead of reusing results")
+    parser.add_argument("--no-confirm", dest="confirm", action="store_false",
+                        help="take timing verdicts from one run per side (default: a workload whose timing differs "
+                             "runs again on both sides, B then A, and the verdict stands only if both passes agree)")
     from modelci.commands.run import add_report_files
 
     add_report_files(parser)
@@ -25,7 +28,8 @@ def main(args, cfg) -> int:
 
     try:
         outcome = workflow.compare(cfg, args.a, args.b, args.suite or cfg.suites, args.pattern, rerun=args.rerun,
-                                   progress=views.Progress(quiet=args.quiet), command=args.command_line)
+                                   progress=views.Progress(quiet=args.quiet), command=args.command_line,
+                                   confirm=args.confirm)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         return EXIT_INTERRUPTED
