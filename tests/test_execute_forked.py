@@ -273,3 +273,41 @@ def test_zoo_torch_ranks_forked_from_rank_0_match_fresh_ranks_and_one_process(tm
     assert two.metrics["loss"].values == pytest.approx(one.metrics["loss"].values, rel=1e-5)
     ratio = two.metrics["mem.peak_rss"].values[0] / other.metrics["mem.peak_rss"].values[0]
     assert 0.9 < ratio < 1.1, ratio
+
+
+WARM_UP_PROBE = """
+import json, sys
+import torch
+from modelci.workload.fw_torch import TorchHelper
+
+helper = TorchHelper()
+helper.seed(3)
+helper.set_determinism(True)
+cold = torch.rand(4).tolist()
+helper.seed(3)
+before = len(sys.modules)
+helper.warm_up()
+imported = len(sys.modules) - before
+helper.warm_up()  # once per process: a forked child inherits the flag from its worker
+print(json.dumps({"cold": cold, "warm": torch.rand(4).tolist(), "imported": imported,
+                  "again": len(sys.modules) - before - imported}))
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_torch_warm_up_leaves_the_random_streams_as_seeded_and_runs_once_per_process(tmp_path, monkeypatch):
+    import json
+    import subprocess
+
+    from modelci.execute import local
+
+    env = torch_env(tmp_path, monkeypatch)
+    child_env = local.child_env(local.shim_dir(tmp_path), 0, 1)
+    done = subprocess.run([str(env.python), "-c", WARM_UP_PROBE], env=child_env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    probe = json.loads(done.stdout)
+    assert probe["warm"] == probe["cold"]  # the same numbers as without the warm-up: outputs cannot change
+    assert probe["imported"] > 100  # torch.export's first use really happened here, not in the workload
+    assert probe["again"] == 0

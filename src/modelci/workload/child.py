@@ -410,6 +410,7 @@ def execute(args: argparse.Namespace) -> int:
         helper = get_helper(cls.framework)
         helper.seed(args.seed)
         helper.set_determinism(True)
+        helper.warm_up()
         world_size = args.world_size or max(1, int(cls.devices))
         if world_size > 1 and args.rank == 0:
             args.master_port = args.master_port or free_port()

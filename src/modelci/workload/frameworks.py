@@ -38,6 +38,14 @@ class PythonHelper:
     def set_determinism(self, enabled: bool) -> None:
         """Switch the framework's deterministic-algorithm flags on or off."""
 
+    def warm_up(self) -> None:
+        """Pay the framework's fixed first-use costs, once per process: part of the prologue of every workload.
+
+        The same fixed work in a spawned child and in the worker a child is forked from, so every child starts
+        from the same state whichever way it started (issue 9). It must leave the random generators as it found
+        them and never raise: a workload must not fail or change because of it.
+        """
+
     def to_numpy(self, value: Any) -> Any:
         """Turn one framework value into a numpy array (or a nested list when numpy is absent)."""
         try:

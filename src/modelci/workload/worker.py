@@ -18,9 +18,10 @@ not run), so the framework is imported once; a module that is not installed is s
 fails stops the forking (a half-imported module must not reach a child).
 
 Before the first job of a framework F the worker does what every child of F does first: it imports F's helper,
-seeds it and switches determinism on. For torch that prologue imports 800 more modules (torch._dynamo,
-sympy) and takes about as long as `import torch` itself; the child repeats the same calls, so it ends in the
-same state, without paying for them again.
+seeds it, switches determinism on and runs the helper's fixed warm-up. For torch that prologue imports 800
+more modules (torch._dynamo, sympy) and takes about as long as `import torch` itself, and the warm-up
+exports a tiny model, the first torch.export of the process. The child repeats the same calls (the warm-up
+only once per process), so it ends in the same state as a spawned child, without paying for them again.
 
 Memory: a forked child starts with the worker's anonymous pages already counted in its RSS, but not the
 file-backed pages (the framework's shared libraries) that the worker touched while importing; Linux fills
@@ -109,13 +110,15 @@ def preload(names: list[str], done: list[str], skipped: dict[str, str]) -> str:
 
 
 def warm_up(framework: str, seed: int) -> str:
-    """Run the prologue every child of `framework` runs (helper, seed, determinism); returns an error or ""."""
+    """Run the prologue every child of `framework` runs (helper, seed, determinism, the helper's fixed warm-up);
+    returns an error or ""."""
     try:
         from modelci.workload.frameworks import get_helper
 
         helper = get_helper(framework)
         helper.seed(seed)
         helper.set_determinism(True)
+        helper.warm_up()
     except BaseException as exc:  # noqa: BLE001 - the child reports it; this worker must not fork any more
         return f"preparing framework {framework!r} in the worker failed: {type(exc).__name__}: {exc}"
     return ""
