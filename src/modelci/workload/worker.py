@@ -113,12 +113,14 @@ def warm_up(framework: str, seed: int) -> str:
     """Run the prologue every child of `framework` runs (helper, seed, determinism, the helper's fixed warm-up);
     returns an error or ""."""
     try:
+        from modelci.workload.child import freeze_heap
         from modelci.workload.frameworks import get_helper
 
         helper = get_helper(framework)
         helper.seed(seed)
         helper.set_determinism(True)
         helper.warm_up()
+        freeze_heap()
     except BaseException as exc:  # noqa: BLE001 - the child reports it; this worker must not fork any more
         return f"preparing framework {framework!r} in the worker failed: {type(exc).__name__}: {exc}"
     return ""
@@ -298,6 +300,10 @@ def serve(channel: Channel, names: list[str]) -> int:
     skipped: dict[str, str] = {}
     warmed: set[str] = set()
     broken = preload(names, done, skipped)
+    if not broken:
+        from modelci.workload.child import freeze_heap
+
+        freeze_heap()  # as each child's prologue ends with, so that forked children do not traverse these objects
     unsafe = broken or fork_hazard()
     ranges = [] if unsafe else resident_file_pages()
     channel.send(event="ready", protocol=PROTOCOL, pid=os.getpid(), unsafe=unsafe, preloaded=done,
