@@ -6,8 +6,8 @@
 Each round runs, one after the other on the same machine:
 - plain: a script that imports torch once and calls each workload's phases directly (seed and determinism
   through the torch helper, setup, the training steps, warm-up + timed repeats of infer, every save format),
-  in the same environment, with the same thread variables; a `devices = 2` workload starts its second rank as a
-  process, as any script must;
+  in the same environment, with the same thread variables; a `devices = 2` workload forks its second rank
+  after seeding, as `modelci run` does (a fresh process when the script runs threads by then);
 - fork / spawn: the real `modelci -q run --target torch==2.13.0 --suite zoo:torch` in a subprocess, with
   `isolation` set through MODELCI_ISOLATION. `workflow.run` is wrapped only to write its `timings`.
 
@@ -63,13 +63,15 @@ def plain(suite: Path, seed: int, pattern: str, out: Path) -> None:
             ctx.scratch.mkdir()
             if cls.devices > 1:
                 port = free_port()
-                rank1 = subprocess.Popen([sys.executable, __file__, "--rank1", str(path), cls.__name__, str(seed),
-                                          str(port)])
+                rank1 = start_rank1(path, cls, seed, port, scratch)
                 helper.init_distributed(0, cls.devices, "127.0.0.1", port)
             phases(cls(), cls, ctx, helper, save=True)
             if rank1 is not None:
                 helper.shutdown_distributed()
-                rank1.wait()
+                if isinstance(rank1, int):
+                    os.waitpid(rank1, 0)
+                else:
+                    rank1.wait()
             record["workloads"][f"torch/{cls.workload_name()}"] = time.perf_counter() - began
     record["total"] = time.perf_counter() - start
     out.write_text(json.dumps(record))
@@ -89,8 +91,34 @@ def phases(workload, cls, ctx, helper, save: bool) -> None:
         helper.save(workload, ctx, fmt, ctx.scratch / fmt)
 
 
+def start_rank1(path: Path, cls, seed: int, port: int, scratch: Path):
+    """The second rank, forked from this process after seeding (as `modelci run` forks it: the best a plain
+    script can do, no second `import torch`), or started fresh when this process runs threads; returns its pid
+    or its Popen."""
+    if len(os.listdir("/proc/self/task")) > 1:
+        return subprocess.Popen([sys.executable, __file__, "--rank1", str(path), cls.__name__, str(seed), str(port)])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    from modelci.workload.api import Context
+    from modelci.workload.fw_torch import TorchHelper
+
+    code = 1
+    try:
+        helper = TorchHelper()
+        ctx = Context(seed=seed, scratch=Path(tempfile.mkdtemp(dir=scratch)), rank=1, world_size=cls.devices)
+        helper.init_distributed(1, cls.devices, "127.0.0.1", port)
+        phases(cls(), cls, ctx, helper, save=False)
+        helper.shutdown_distributed()
+        code = 0
+    finally:
+        os._exit(code)
+
+
 def rank1(path: str, name: str, seed: int, port: int) -> None:
-    """The second rank of a `devices = 2` workload: a fresh process, as torch.distributed needs."""
+    """The second rank of a `devices = 2` workload as a fresh process, when the plain script runs threads."""
     from modelci.workload.api import Context
     from modelci.workload.child import import_file, workload_classes
     from modelci.workload.fw_torch import TorchHelper
