@@ -113,10 +113,11 @@ def record_saved_models(store: Any, target: Any, env: Any, results: list[Any], *
                         executor: Any = None) -> list[dict[str, Any]]:
     """Store each saved model of the fresh ok results, with its manifest; returns the manifests.
 
-    Runs before the run's scratch folder is deleted. `executor` is the run's executor for `env`: the producer's
-    example inputs are then made in a fork of its warm worker rather than a fresh process (see `run_jobs`). A `current` target has no version for compat to order
+    Runs before the run's scratch folder is deleted. A `current` target has no version for compat to order
     by, so nothing is recorded for it. Saving the same bytes twice stores them once, and a manifest with the
-    same key (same producer, workload, format, bytes, seed, inputs and outputs) is written once.
+    same key (same producer, workload, format, bytes, seed, inputs and outputs) is written once. `executor` is
+    the run's executor for `env`: the producer's example inputs are then made in a fork of its warm worker
+    rather than in a fresh process (see `run_jobs`).
     """
     saved = [(r, e) for r in results if not r.reused and r.status == "ok" for e in r.info.get("saved", [])
              if e.get("status") == "ok" and e.get("path") and Path(e["path"]).exists()]
