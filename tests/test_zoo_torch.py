@@ -220,7 +220,7 @@ def _rank_main(rank: int, world_size: int, port: int, class_name: str, out: str)
         if rank == 0:
             np.savez(out, losses=np.array(losses), **outputs)
     finally:
-        dist.destroy_process_group()
+        HELPER.shutdown_distributed()
 
 
 def test_data_parallel_skips_a_batch_that_does_not_split(tmp_path):
