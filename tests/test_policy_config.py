@@ -110,7 +110,7 @@ def test_defaults_and_valid_notify_entries(tmp_path):
                          '[[notify]]\nkind = "email"\nhost = "smtp.example.com"\nto = ["a@b.c"]\n'
                          'password_env = "SMTP_PASSWORD"\nusername = "ci"\non = ["open"]\n')
     webhook, email = cfg.notify
-    assert (webhook["retries"], webhook["backoff"], webhook["on"]) == (2, 1.0, ["open", "recovered"])
+    assert (webhook["retries"], webhook["backoff"], webhook["on"]) == (2, 1.0, ["open", "recovered", "bisected"])
     assert (email["port"], email["on"], email["password_env"]) == (25, ["open"], "SMTP_PASSWORD")
     assert cfg.alarms == {"stale_after_days": 7, "auto_resolve_after_recovered_runs": 0, "changes": True}
 
