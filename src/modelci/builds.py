@@ -316,18 +316,20 @@ def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> l
     import ast
     import fnmatch
 
-    from modelci.workload.child import suite_files
+    from modelci.workload.child import code_hash, helper_files, suite_files
 
     found: list[tuple[str, str]] = []
     for suite, folder in suites.items():
         declared = []
+        # a base class that a helper (`_common.py`) derives from Workload makes its subclasses workloads too
+        helper_bases = {name for helper in helper_files(folder) for name in _workload_bases(helper)}
         for path in suite_files(folder):
             data = path.read_bytes()
             try:
                 tree = ast.parse(data)
             except SyntaxError:
                 continue
-            workloads = {"Workload"}
+            workloads = {"Workload", *helper_bases}
             for node in tree.body:
                 if not isinstance(node, ast.ClassDef):
                     continue
@@ -335,7 +337,7 @@ def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> l
                 if bases & workloads:
                     workloads.add(node.name)
                     if not node.name.startswith("_"):
-                        declared.append((f"{suite}/{_declared_name(node)}", hashlib.sha256(data).hexdigest()))
+                        declared.append((f"{suite}/{_declared_name(node)}", code_hash(path)))
         found += declared or [(f"{suite}/(build)", "")]
     if pattern:
         def match(text: str) -> bool:
@@ -343,6 +345,22 @@ def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> l
 
         found = [entry for entry in found if match(entry[0])] or [(f"{suite}/(build)", "") for suite in suites]
     return found
+
+
+def _workload_bases(path: Path) -> set[str]:
+    """Names of the classes a helper file derives from Workload, read from its source."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError):
+        return set()
+    found = {"Workload"}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
+                                               for b in node.bases} & found:
+            found.add(node.name)
+    return found - {"Workload"}
 
 
 def _declared_name(node: Any) -> str:

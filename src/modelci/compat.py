@@ -43,6 +43,7 @@ from modelci.store import Store
 from modelci.store import compat_schema as records
 from modelci.store.artifacts import CorruptArtifact
 from modelci.store.schema import utcnow
+from modelci.workload.child import helper_files
 
 #: outcomes of one (producer, consumer, workload, format); all but `ok` and `missing` are regressions.
 #: `unreadable` (the stored bytes are missing or do not match their sha256) is this module's addition to the
@@ -166,9 +167,11 @@ def _put_array(store: Any, array: Any) -> dict[str, Any]:
 
 
 def _mentions_inputs(file: str | None) -> bool:
-    """Whether a suite file may define `example_inputs`; saves a process for the suites that cannot."""
+    """Whether a suite file, or a helper beside it (`_*.py`, where a base class may define it), may define
+    `example_inputs`; saves a process for the suites that cannot."""
     try:
-        return bool(file) and "example_inputs" in Path(file).read_text(errors="replace")
+        return bool(file) and any("example_inputs" in path.read_text(errors="replace")
+                                  for path in [Path(file), *helper_files(Path(file).parent)])
     except OSError:
         return False
 

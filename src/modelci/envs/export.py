@@ -21,6 +21,7 @@ from typing import Any
 from modelci.envs.build import find_uv
 from modelci.envs.refs import BUNDLE_FINGERPRINT, BUNDLE_LOCK, EnvRecord
 from modelci.errors import UserError
+from modelci.workload.child import code_hash
 
 #: bump when the bundle's layout or bundle.json's keys change; readers refuse other versions
 BUNDLE_SCHEMA = "modelci.bundle/1"
@@ -177,7 +178,8 @@ def _copy_suites(run: dict[str, Any], out: Path, root: Path, notes: list[str]) -
 
 def _check_code(run: dict[str, Any], out: Path, notes: list[str]) -> None:
     """Note workloads whose code changed since the run: reproducing them runs the new code."""
-    hashes = {_sha256(p) for p in (out / "suites").rglob("*.py")} if (out / "suites").is_dir() else set()
+    # a workload's code_hash covers its file and the helpers (`_*.py`) beside it
+    hashes = {code_hash(p) for p in (out / "suites").rglob("*.py")} if (out / "suites").is_dir() else set()
     changed = [r.workload for r in run["results"]
                if r.code_hash and hashes and r.code_hash not in hashes and not r.workload.startswith("zoo")]
     if changed:

@@ -39,17 +39,73 @@ PROTOCOL = 1
 # -- discovery ------------------------------------------------------------------------------------
 
 
+#: the start of the module name each suite file is imported under
+SUITE_MODULE = "modelci_suite_"
+
+
 def suite_files(folder: Path) -> list[Path]:
     """The workload files of a suite folder: every `*.py` not starting with `_`, in name order."""
     return sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
 
 
+def helper_files(folder: Path) -> list[Path]:
+    """The helper modules of a suite folder: every `*.py` starting with `_`, in name order.
+
+    Suite files import them by name (`import _common`); they are never searched for workloads.
+    """
+    return sorted(folder.glob("_*.py"))
+
+
+def code_hash(path: Path) -> str:
+    """The reuse key of a workload file's code: the sha256 of its bytes and of every helper (`_*.py`) beside it.
+
+    A workload that imports `_common` runs what `_common.py` says too, so a changed helper must make `--reuse`
+    measure again. Every helper counts, imported or not: which ones a file imports is known only by running it.
+    A folder without helpers gives the hash of the file alone, so results stored before helpers stay reusable.
+    """
+    digest = hashlib.sha256(path.read_bytes())
+    for helper in helper_files(path.parent):
+        data = helper.read_bytes()
+        digest.update(f"\0{helper.name}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
+
+
+#: the suite folders put on sys.path by `enter_suite` (resolved); the last one is in use
+_entered: list[str] = []
+
+
+def enter_suite(folder: Path) -> None:
+    """Make the modules of one suite folder importable by name (`import _common` in a suite file), and no other's.
+
+    The folder goes at the end of sys.path, so that a suite file named like an installed module (`torch.py`)
+    cannot shadow it. A suite folder entered before leaves sys.path, and the modules imported from it leave
+    sys.modules (the suite files that imported them keep their own reference): one process discovers every
+    suite, and two suites may each have a `_common.py`. The suite files themselves stay registered under their
+    private names, which classes and pickles refer to.
+    """
+    entry = str(folder.resolve())
+    for other in [e for e in _entered if e != entry]:
+        _entered.remove(other)
+        while other in sys.path:
+            sys.path.remove(other)
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if isinstance(file, str) and file.startswith(other + os.sep) and not name.startswith(SUITE_MODULE):
+                del sys.modules[name]
+    if entry not in sys.path:
+        sys.path.append(entry)
+    if entry not in _entered:
+        _entered.append(entry)
+
+
 def import_file(path: Path, suite: str) -> Any:
-    """Import one suite file by path under a module name private to its suite."""
-    module_name = f"modelci_suite_{suite}_{path.stem}".replace("-", "_").replace(".", "_")
+    """Import one suite file by path under a module name private to its suite, with its folder's modules
+    importable (`enter_suite`)."""
+    module_name = f"{SUITE_MODULE}{suite}_{path.stem}".replace("-", "_").replace(".", "_")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
+    enter_suite(path.parent)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
@@ -82,6 +138,18 @@ def error_location(exc: BaseException, path: Path) -> int | None:
     return line
 
 
+def helper_location(exc: BaseException, path: Path) -> tuple[Path, int | None] | None:
+    """Where an import of `path` failed inside another module of its suite folder (a helper such as
+    `_common.py`): the deepest frame there; None when that is in `path` itself. A SyntaxError needs none:
+    its message names its file and line."""
+    folder = path.parent.resolve()
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if not frame.filename.startswith("<") and Path(frame.filename).resolve().parent == folder]
+    if not frames or Path(frames[-1].filename).resolve() == path.resolve():
+        return None
+    return path.parent / Path(frames[-1].filename).name, frames[-1].lineno  # named as `path` is
+
+
 def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dict[str, Any]:
     """The discovery record of one workload class."""
     return {
@@ -106,24 +174,28 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
     errors: list[dict[str, Any]] = []
     for suite, folder in suites.items():
         for path in suite_files(folder):
-            code_hash = hashlib.sha256(path.read_bytes()).hexdigest()
+            digest = code_hash(path)
             try:
                 module = import_file(path, suite)
                 classes = workload_classes(module)
             except BaseException as exc:  # noqa: BLE001 - a suite file may raise anything, even SystemExit
                 line = error_location(exc, path)
+                message = f"{type(exc).__name__}: {exc}"
+                helper = helper_location(exc, path)
+                if helper:  # the line of `path` is where it imports the helper; say where the helper failed
+                    message += f" (in {helper[0]}, line {helper[1]})"
                 errors.append(
                     {
                         "suite": suite,
                         "file": str(path),
                         "line": line,
-                        "message": f"{type(exc).__name__}: {exc}",
+                        "message": message,
                         "traceback": traceback.format_exc(),
-                        "code_hash": code_hash,
+                        "code_hash": digest,
                     }
                 )
                 continue
-            workloads.extend(describe(cls, suite, path, code_hash) for cls in classes)
+            workloads.extend(describe(cls, suite, path, digest) for cls in classes)
     return {"protocol": PROTOCOL, "workloads": workloads, "errors": errors}
 
 

@@ -19,6 +19,7 @@ Standard library only, like `child.py`, whose helpers this module reuses.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from modelci.workload.api import Context, SkipWorkload, Workload
-from modelci.workload.child import find_class, module_info, overrides, parse_suites, save_outputs
+from modelci.workload.child import enter_suite, find_class, module_info, overrides, parse_suites, save_outputs
 from modelci.workload.frameworks import get_helper
 
 #: version of the files this module writes for the parent
@@ -92,6 +93,9 @@ class Jobs:
         """Find the class, seed the framework and run `setup` with the producer's seed."""
         record["phase"] = "import"
         cls = self.find(job["workload"], job.get("file"))
+        # the folder of the class's file on sys.path again, as another suite's may have followed it: what `setup`,
+        # `load` or an unpickled model imports by name (`_common`) must be this suite's helper
+        enter_suite(Path(inspect.getfile(cls)).parent)
         helper = get_helper(cls.framework)
         helper.seed(int(job["seed"]))
         helper.set_determinism(True)

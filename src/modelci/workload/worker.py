@@ -15,7 +15,8 @@ EOF on stdin ends the worker.
 
 At start the worker imports the modules that the suite files import at top level (read from their source,
 not run), so the framework is imported once; a module that is not installed is skipped, one whose import
-fails stops the forking (a half-imported module must not reach a child).
+fails stops the forking (a half-imported module must not reach a child). A helper module of the suite folder
+(`_common.py`) is read the same way, for the modules it imports; the child imports the helper itself.
 
 Before the first job of a framework F the worker does what every child of F does first: it imports F's helper,
 seeds it, switches determinism on and runs the helper's fixed warm-up. For torch that prologue imports 800
@@ -75,14 +76,40 @@ def imported_modules(path: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def local_module(folder: Path, name: str) -> Path | None:
+    """The source of module `name` when a suite file's import of it finds it in the suite folder (`_common.py`,
+    a package's `__init__.py`). The folder comes last on the child's sys.path, so an installed module of the same
+    name wins (child.enter_suite)."""
+    for path in (folder / f"{name}.py", folder / name / "__init__.py"):
+        if path.is_file():
+            try:
+                return None if importlib.util.find_spec(name) is not None else path
+            except (ImportError, ValueError):
+                return path
+    return None
+
+
 def suite_imports(folders: list[Path]) -> list[str]:
-    """The modules that the suite files in `folders` import at top level, in first-seen order."""
+    """The modules that the suite files in `folders` import at top level, in first-seen order.
+
+    A module of the suite folder itself (a helper such as `_common.py`) is not imported here, as no suite code
+    runs in the worker; the modules it imports are, read from its source in the same way, so that a suite
+    whose files import torch only through `_common` still finds torch imported.
+    """
     from modelci.workload.child import suite_files
 
     names: list[str] = []
     for folder in folders:
-        for path in suite_files(folder):
-            names += imported_modules(path)
+        pending = [*suite_files(folder)]
+        read: set[Path] = set(pending)
+        while pending:
+            for name in imported_modules(pending.pop(0)):
+                local = local_module(folder, name)
+                if local is None:
+                    names.append(name)
+                elif local not in read:
+                    read.add(local)
+                    pending.append(local)
     return [n for n in dict.fromkeys(names) if n not in sys.builtin_module_names and n != "__future__"]
 
 
