@@ -1,0 +1,137 @@
+"""What every framework zoo (zoo:torch, zoo:paddle) must do, driven in-process without the harness.
+
+`Zoo` imports a built-in suite as the harness does and sets up, trains and infers its workloads the way the
+harness does (seed and determinism first). `ZooContract` holds the tests every zoo passes: a test module
+subclasses it as `Test...` with `zoo`, `domains` and `requirement` set, next to its framework's own tests.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import modelci
+from modelci.workload.api import Context, Workload
+from modelci.workload.child import import_file, suite_files, workload_classes
+
+
+class Zoo:
+    """One built-in suite: its workload classes, and each of them seeded, set up, trained and inferred."""
+
+    def __init__(self, name: str, helper: Any) -> None:
+        self.name = name
+        self.helper = helper
+        self.folder = Path(modelci.__file__).resolve().parent / "zoo" / name
+        # the harness's own import: helpers beside the files (`_common.py`) importable, modules registered under
+        # the names that pickles (torch_pickle) find the classes by again
+        self.workloads: list[type[Workload]] = [cls for path in suite_files(self.folder)
+                                                for cls in workload_classes(import_file(path, name))]
+        self._trained: dict[type[Workload], tuple] = {}
+
+    def named(self, name: str) -> type[Workload]:
+        """The workload class called `name`."""
+        return next(cls for cls in self.workloads if cls.__name__ == name)
+
+    def fresh(self, cls: type[Workload], tmp: Path, seed: int = 0) -> tuple[Workload, Context]:
+        """A new instance after `setup`, seeded and made deterministic the way the harness does it."""
+        self.helper.seed(seed)
+        self.helper.set_determinism(True)
+        ctx = Context(seed=seed, scratch=tmp)
+        workload = cls()
+        workload.setup(ctx)
+        return workload, ctx
+
+    def train(self, cls: type[Workload], tmp: Path, seed: int = 0) -> tuple:
+        """A trained instance, its context, its loss per step and its inference outputs."""
+        workload, ctx = self.fresh(cls, tmp, seed)
+        losses = [workload.train_step(ctx, step) for step in range(cls.steps)]
+        return workload, ctx, losses, workload.infer(ctx)
+
+    def trained(self, cls: type[Workload]) -> tuple:
+        """`train` once per workload class, shared by the tests that only read the result."""
+        if cls not in self._trained:
+            self._trained[cls] = self.train(cls, Path(tempfile.mkdtemp(prefix=f"modelci-zoo-{self.name}-")))
+        return self._trained[cls]
+
+
+def assert_same_outputs(expected: dict, actual: dict) -> None:
+    """Both dicts hold the same names, and bit-identical arrays under each."""
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+
+
+def ids(value: Any) -> str:
+    """Test ids: a workload by its class name."""
+    return value.__name__ if isinstance(value, type) else str(value)
+
+
+class ZooContract:
+    """The tests every framework zoo passes; `cls` is each workload, `fmt` each format it declares."""
+
+    zoo: Zoo
+    #: the domains the zoo's workloads may declare
+    domains: set[str]
+    #: the distribution every workload requires
+    requirement: str
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "fmt" in metafunc.fixturenames:
+            cases = [(cls, fmt) for cls in self.zoo.workloads for fmt in cls.formats]
+            metafunc.parametrize(("cls", "fmt"), cases, ids=ids)
+        elif "cls" in metafunc.fixturenames:
+            metafunc.parametrize("cls", self.zoo.workloads, ids=ids)
+
+    def test_workload_declares_the_contract(self, cls):
+        assert cls.framework == self.zoo.name
+        assert cls.domain in self.domains
+        assert cls.steps >= 10
+        assert any(req.startswith(self.requirement) for req in cls.requires)
+        assert set(cls.formats) <= set(self.zoo.helper.formats)
+
+    def test_training_is_finite_and_learns(self, cls):
+        _, _, losses, _ = self.zoo.trained(cls)
+        assert len(losses) == cls.steps
+        assert all(isinstance(loss, float) and math.isfinite(loss) for loss in losses)
+        if cls.domain != "generative":  # a GAN's losses chase each other; finite is all we ask
+            assert np.mean(losses[-3:]) < np.mean(losses[:3])
+
+    def test_outputs_are_finite_arrays_and_infer_is_pure(self, cls):
+        workload, ctx, _, outputs = self.zoo.trained(cls)
+        assert outputs
+        for name, value in outputs.items():
+            assert isinstance(value, np.ndarray), name
+            assert np.isfinite(value).all(), name
+        assert_same_outputs(outputs, workload.infer(ctx))
+
+    def test_same_seed_gives_identical_losses_and_outputs(self, cls, tmp_path):
+        _, _, losses, outputs = self.zoo.trained(cls)
+        _, _, again_losses, again_outputs = self.zoo.train(cls, tmp_path)
+        assert again_losses == losses
+        assert_same_outputs(outputs, again_outputs)
+
+    def test_another_seed_gives_other_losses(self, cls, tmp_path):
+        _, _, losses, _ = self.zoo.trained(cls)
+        _, _, other, _ = self.zoo.train(cls, tmp_path, seed=1)
+        assert other != losses
+
+    def test_format_round_trips_into_a_fresh_instance(self, cls, fmt, tmp_path):
+        helper = self.zoo.helper
+        reason = helper.supports(fmt)
+        if reason:
+            pytest.skip(reason)
+        trained, ctx, _, outputs = self.zoo.trained(cls)
+        path = tmp_path / f"model.{fmt}"
+        helper.save(trained, ctx, fmt, path)
+        assert path.exists()
+        assert_same_outputs(outputs, trained.infer(ctx))  # saving must not disturb the trained model
+
+        fresh, fresh_ctx = self.zoo.fresh(cls, tmp_path, seed=0)
+        loaded = helper.load(fresh, fresh_ctx, fmt, path)
+        assert fresh.model is loaded
+        assert_same_outputs(outputs, fresh.infer(fresh_ctx))
