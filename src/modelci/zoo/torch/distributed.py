@@ -11,7 +11,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from modelci import SkipWorkload, Workload
+from modelci import SkipWorkload
+
+from _common import TorchWorkload
 
 
 class _MLP(nn.Module):
@@ -32,20 +34,16 @@ class _MLP(nn.Module):
         return self.layers(x)
 
 
-class DataParallelMLP(Workload):
+class DataParallelMLP(TorchWorkload):
     """An MLP trained with DDP on `devices = 2` ranks (gloo on CPU); one rank falls back to plain training."""
 
-    framework = "torch"
     domain = "multi-device"
-    requires = ["torch>=2.0"]
     devices = 2
     steps = 12
-    formats = ("state_dict", "torchscript", "torch_export")
     jit_mode = "script"  # TorchScript by compiling the code; the other workloads trace
     features, classes, global_batch = 16, 4, 64
 
     def build_model(self) -> nn.Module:
-        """A freshly initialised network on the workload's device."""
         return _MLP(self.features, self.classes).to(self.device)
 
     def setup(self, ctx) -> None:
@@ -89,9 +87,7 @@ class DataParallelMLP(Workload):
         self.trained.train()
         inputs, labels = self.batches[step % 2]
         loss = F.cross_entropy(self.trained(inputs), labels)
-        self.optimizer.zero_grad()
-        loss.backward()  # DDP all-reduces and averages the gradients here
-        self.optimizer.step()
+        self.optimize(loss)  # DDP all-reduces and averages the gradients during its backward pass
         loss = loss.detach()
         if self.world_size > 1:
             # equal shards: the mean of the per-rank means is the loss on the whole batch
@@ -100,10 +96,7 @@ class DataParallelMLP(Workload):
         return loss.item()
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            logits = self.model(*self.example_inputs())
-        return {"logits": logits.detach().cpu().numpy()}
+        return {"logits": self.predict().detach().cpu().numpy()}
 
 
 class DataParallelMLPReference(DataParallelMLP):

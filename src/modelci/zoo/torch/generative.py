@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from modelci import Workload
+from _common import TorchWorkload
 
 
 def _blob_images(seed: int, count: int, size: int = 16) -> torch.Tensor:
@@ -72,14 +72,12 @@ class _DCGANNet(nn.Module):
         return images, self.discriminator(images)
 
 
-class DCGANMini(Workload):
-    """DCGAN with alternating discriminator and generator steps (non-saturating loss)."""
+class DCGANMini(TorchWorkload):
+    """DCGAN with alternating discriminator and generator steps (non-saturating loss); `self.model` holds both
+    networks, each with its own optimizer (`opt_d`, `opt_g`)."""
 
-    framework = "torch"
     domain = "generative"
-    requires = ["torch>=2.0"]
     steps = 16
-    formats = ("state_dict", "torchscript", "torch_export")
     latent, batch = 16, 32
 
     def build_model(self) -> nn.Module:
@@ -126,7 +124,5 @@ class DCGANMini(Workload):
         return loss_d.item() + loss_g.item()
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            images, scores = self.model(*self.example_inputs())
+        images, scores = self.predict()
         return {"images": images.detach().cpu().numpy(), "scores": scores.detach().cpu().numpy()}

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from modelci import Workload
+from _common import TorchWorkload
 
 BOS = 1  # token 0 is padding, never produced here
 
@@ -54,18 +54,14 @@ class _Seq2SeqNet(nn.Module):
         return torch.stack(logits, 1), torch.stack(attention, 1)
 
 
-class Seq2SeqAttention(Workload):
+class Seq2SeqAttention(TorchWorkload):
     """Learn to reverse token sequences with a GRU encoder-decoder, additive attention and teacher forcing."""
 
-    framework = "torch"
     domain = "nlp"
-    requires = ["torch>=2.0"]
     steps = 20
-    formats = ("state_dict", "torchscript", "torch_export")
     vocab, length = 16, 8
 
     def build_model(self) -> nn.Module:
-        """A freshly initialised network on the workload's device."""
         return _Seq2SeqNet(self.vocab).to(self.device)
 
     def setup(self, ctx) -> None:
@@ -86,16 +82,10 @@ class Seq2SeqAttention(Workload):
         self.model.train()
         logits, _ = self.model(self.source[:64], self.decoder_inputs[:64])
         loss = F.cross_entropy(logits.reshape(-1, self.vocab), self.target[:64].reshape(-1))
-        self.optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        return loss.item()
+        return self.optimize(loss, clip_norm=1.0)
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            logits, attention = self.model(*self.example_inputs())
+        logits, attention = self.predict()
         return {"logits": logits.detach().cpu().numpy(), "attention": attention.detach().cpu().numpy()}
 
 
@@ -135,18 +125,14 @@ class _TransformerLMNet(nn.Module):
         return self.norm(x) @ self.tokens.weight.t()
 
 
-class TransformerLM(Workload):
+class TransformerLM(TorchWorkload):
     """A two-layer causal Transformer language model on arithmetic-progression token sequences."""
 
-    framework = "torch"
     domain = "nlp"
-    requires = ["torch>=2.0"]
     steps = 20
-    formats = ("state_dict", "torchscript", "torch_export")
     vocab, context = 32, 16
 
     def build_model(self) -> nn.Module:
-        """A freshly initialised network on the workload's device."""
         return _TransformerLMNet(self.vocab, self.context).to(self.device)
 
     def setup(self, ctx) -> None:
@@ -166,14 +152,7 @@ class TransformerLM(Workload):
     def train_step(self, ctx, step: int) -> float:
         self.model.train()
         logits = self.model(self.tokens[:64, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, self.vocab), self.tokens[:64, 1:].reshape(-1))
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
-        return loss.item()
+        return self.optimize(F.cross_entropy(logits.reshape(-1, self.vocab), self.tokens[:64, 1:].reshape(-1)))
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            logits = self.model(*self.example_inputs())
-        return {"logits": logits.detach().cpu().numpy()}
+        return {"logits": self.predict().detach().cpu().numpy()}

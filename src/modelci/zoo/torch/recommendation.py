@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from modelci import Workload
+from _common import TorchWorkload
 
 
 class _DLRMNet(nn.Module):
@@ -47,18 +47,14 @@ def _click_log(seed: int, count: int, dense: int, tables: int, rows: int, per_ba
     return features, indices, offsets, clicks
 
 
-class DLRMMini(Workload):
+class DLRMMini(TorchWorkload):
     """DLRM-style click-through model with three embedding-bag tables, trained with Adagrad."""
 
-    framework = "torch"
     domain = "recommendation"
-    requires = ["torch>=2.0"]
     steps = 20
-    formats = ("state_dict", "torchscript", "torch_export")
     dense, tables, rows, per_bag = 8, 3, 50, 4
 
     def build_model(self) -> nn.Module:
-        """A freshly initialised network on the workload's device."""
         return _DLRMNet(self.dense, self.tables, self.rows).to(self.device)
 
     def setup(self, ctx) -> None:
@@ -79,14 +75,8 @@ class DLRMMini(Workload):
     def train_step(self, ctx, step: int) -> float:
         self.model.train()
         *inputs, clicks = self.batches[step % 3]
-        loss = F.binary_cross_entropy_with_logits(self.model(*inputs), clicks)
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
-        return loss.item()
+        return self.optimize(F.binary_cross_entropy_with_logits(self.model(*inputs), clicks))
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            logits = self.model(*self.example_inputs())
+        logits = self.predict()
         return {"logits": logits.detach().cpu().numpy(), "click_probability": torch.sigmoid(logits).cpu().numpy()}

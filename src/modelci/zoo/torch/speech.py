@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from modelci import Workload
+from _common import TorchWorkload
 
 
 def _spectrograms(seed: int, count: int, labels: int, mels: int, frames: int, length: int):
@@ -46,18 +46,14 @@ class _AcousticNet(nn.Module):
         return F.log_softmax(self.classify(hidden), -1).transpose(0, 1)
 
 
-class CTCAcousticModel(Workload):
+class CTCAcousticModel(TorchWorkload):
     """Conv1d + BiLSTM acoustic model, CTC loss, Adam, on synthetic spectrograms."""
 
-    framework = "torch"
     domain = "speech"
-    requires = ["torch>=2.0"]
     steps = 16
-    formats = ("state_dict", "torchscript", "torch_export")
     labels, mels, frames, length = 8, 16, 32, 6
 
     def build_model(self) -> nn.Module:
-        """A freshly initialised network on the workload's device."""
         return _AcousticNet(self.mels, self.labels).to(self.device)
 
     def setup(self, ctx) -> None:
@@ -77,14 +73,7 @@ class CTCAcousticModel(Workload):
         log_probs = self.model(self.features[:32])
         frames = torch.full((32,), self.frames, dtype=torch.long, device=self.device)
         loss = F.ctc_loss(log_probs, self.targets[:32], frames, self.target_lengths[:32], blank=0, zero_infinity=True)
-        self.optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.model.parameters(), 5.0)
-        self.optimizer.step()
-        return loss.item()
+        return self.optimize(loss, clip_norm=5.0)
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            log_probs = self.model(*self.example_inputs())
-        return {"log_probs": log_probs.detach().cpu().numpy()}
+        return {"log_probs": self.predict().detach().cpu().numpy()}

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from modelci import Workload
+from _common import TorchWorkload
 
 
 def _prototype_images(seed: int, count: int, classes: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -20,6 +20,40 @@ def _prototype_images(seed: int, count: int, classes: int, shape: tuple[int, ...
     labels = torch.randint(0, classes, (count,), generator=gen)
     images = prototypes[labels] + 0.8 * torch.randn(count, *shape, generator=gen)
     return images, labels
+
+
+class _PrototypeClassifier(TorchWorkload):
+    """A classifier of `_prototype_images` shaped `shape`: it trains on two alternating batches of `batch` images
+    and infers on the 32 held out after them."""
+
+    domain = "vision"
+    shape: tuple[int, ...]
+    batch: int
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer of `self.model`."""
+        raise NotImplementedError
+
+    def setup(self, ctx) -> None:
+        self.device = torch.device(ctx.device)
+        train = 2 * self.batch
+        images, labels = _prototype_images(ctx.seed, train + 32, 10, self.shape)
+        self.images, self.labels = images[:train].to(self.device), labels[:train].to(self.device)
+        self.eval_images = images[train:].to(self.device)
+        self.model = self.build_model()
+        self.optimizer = self.make_optimizer()
+
+    def example_inputs(self) -> tuple[torch.Tensor, ...]:
+        """The evaluation batch, which `infer` feeds the model."""
+        return (self.eval_images,)
+
+    def train_step(self, ctx, step: int) -> float:
+        self.model.train()
+        rows = slice((step % 2) * self.batch, (step % 2 + 1) * self.batch)
+        return self.optimize(F.cross_entropy(self.model(self.images[rows]), self.labels[rows]))
+
+    def infer(self, ctx) -> dict:
+        return {"logits": self.predict().detach().cpu().numpy()}
 
 
 class _BasicBlock(nn.Module):
@@ -55,45 +89,17 @@ class _ResNetMiniNet(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(features, 1), 1))
 
 
-class ResNetMini(Workload):
+class ResNetMini(_PrototypeClassifier):
     """A three-stage ResNet with BatchNorm trained with SGD + momentum on 32x32 synthetic images."""
 
-    framework = "torch"
-    domain = "vision"
-    requires = ["torch>=2.0"]
     steps = 12
-    formats = ("state_dict", "torchscript", "torch_export")
+    shape, batch = (3, 32, 32), 32
 
     def build_model(self) -> nn.Module:
-        """A freshly initialised network on the workload's device."""
         return _ResNetMiniNet().to(self.device)
 
-    def setup(self, ctx) -> None:
-        self.device = torch.device(ctx.device)
-        images, labels = _prototype_images(ctx.seed, 96, 10, (3, 32, 32))
-        self.images, self.labels = images[:64].to(self.device), labels[:64].to(self.device)
-        self.eval_images = images[64:].to(self.device)
-        self.model = self.build_model()
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-
-    def example_inputs(self) -> tuple[torch.Tensor, ...]:
-        """The evaluation batch, which `infer` feeds the model."""
-        return (self.eval_images,)
-
-    def train_step(self, ctx, step: int) -> float:
-        self.model.train()
-        batch = slice((step % 2) * 32, (step % 2) * 32 + 32)
-        loss = F.cross_entropy(self.model(self.images[batch]), self.labels[batch])
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
-        return loss.item()
-
-    def infer(self, ctx) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            logits = self.model(*self.example_inputs())
-        return {"logits": logits.detach().cpu().numpy()}
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 
 class _LeNetNet(nn.Module):
@@ -114,43 +120,19 @@ class _LeNetNet(nn.Module):
         return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
 
 
-class LeNet(Workload):
+class LeNet(_PrototypeClassifier):
     """LeNet-5 trained with Adam on 28x28 synthetic digits-like images."""
 
-    framework = "torch"
-    domain = "vision"
-    requires = ["torch>=2.0"]
     steps = 20
-    formats = ("state_dict", "torchscript", "torch_export")
+    shape, batch = (1, 28, 28), 64
     jit_mode = "script"  # TorchScript by compiling the code; the other workloads trace
 
     def build_model(self) -> nn.Module:
-        """A freshly initialised network on the workload's device."""
         return _LeNetNet().to(self.device)
 
-    def setup(self, ctx) -> None:
-        self.device = torch.device(ctx.device)
-        images, labels = _prototype_images(ctx.seed, 160, 10, (1, 28, 28))
-        self.images, self.labels = images[:128].to(self.device), labels[:128].to(self.device)
-        self.eval_images = images[128:].to(self.device)
-        self.model = self.build_model()
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=2e-3)
-
-    def example_inputs(self) -> tuple[torch.Tensor, ...]:
-        """The evaluation batch, which `infer` feeds the model."""
-        return (self.eval_images,)
-
-    def train_step(self, ctx, step: int) -> float:
-        self.model.train()
-        batch = slice((step % 2) * 64, (step % 2) * 64 + 64)
-        loss = F.cross_entropy(self.model(self.images[batch]), self.labels[batch])
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
-        return loss.item()
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.model.parameters(), lr=2e-3)
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with torch.no_grad():
-            logits = self.model(*self.example_inputs())
+        logits = self.predict()
         return {"logits": logits.detach().cpu().numpy(), "probabilities": F.softmax(logits, -1).cpu().numpy()}
