@@ -11,12 +11,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from modelci import Workload
-
-
-def _use_device(device: str) -> None:
-    """Point paddle at the harness's device ("cpu", "cuda", "cuda:1" -> paddle's "gpu:1")."""
-    paddle.set_device("cpu" if device == "cpu" else device.replace("cuda", "gpu"))
+from _common import PaddleWorkload, use_device
 
 
 def _blob_images(rng: np.random.RandomState, count: int, size: int = 16) -> np.ndarray:
@@ -77,22 +72,19 @@ class _DCGANNet(nn.Layer):
         return images, self.discriminator(images)
 
 
-class DCGANMini(Workload):
-    """DCGAN with alternating discriminator and generator steps (non-saturating loss)."""
+class DCGANMini(PaddleWorkload):
+    """DCGAN with alternating discriminator and generator steps (non-saturating loss); `self.model` holds both
+    networks, each with its own optimizer (`opt_d`, `opt_g`)."""
 
-    framework = "paddle"
     domain = "generative"
-    requires = ["paddlepaddle>=2.6"]
     steps = 16
-    formats = ("paddle_state", "paddle_jit")
     latent, batch = 16, 32
 
     def build_model(self) -> nn.Layer:
-        """A freshly initialised GAN."""
         return _DCGANNet(self.latent)
 
     def setup(self, ctx) -> None:
-        _use_device(ctx.device)
+        use_device(ctx.device)
         rng = np.random.RandomState(ctx.seed)
         self.real = paddle.to_tensor(_blob_images(rng, 128))
         self.noise = paddle.to_tensor(rng.standard_normal((self.steps, self.batch, self.latent)).astype("float32"))
@@ -134,7 +126,5 @@ class DCGANMini(Workload):
         return float(loss_d) + float(loss_g)
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with paddle.no_grad():
-            images, scores = self.model(*self.example_inputs())
+        images, scores = self.predict()
         return {"images": images.detach().cpu().numpy(), "scores": scores.detach().cpu().numpy()}

@@ -11,14 +11,9 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from modelci import Workload
+from _common import PaddleWorkload, use_device
 
 BOS = 1  # token 0 is padding, never produced here
-
-
-def _use_device(device: str) -> None:
-    """Point paddle at the harness's device ("cpu", "cuda", "cuda:1" -> paddle's "gpu:1")."""
-    paddle.set_device("cpu" if device == "cpu" else device.replace("cuda", "gpu"))
 
 
 class _AdditiveAttention(nn.Layer):
@@ -63,22 +58,18 @@ class _Seq2SeqNet(nn.Layer):
         return paddle.stack(logits, 1), paddle.stack(attention, 1)
 
 
-class Seq2SeqAttention(Workload):
+class Seq2SeqAttention(PaddleWorkload):
     """Learn to reverse token sequences with a GRU encoder-decoder, additive attention and teacher forcing."""
 
-    framework = "paddle"
     domain = "nlp"
-    requires = ["paddlepaddle>=2.6"]
     steps = 20
-    formats = ("paddle_state", "paddle_jit")
     vocab, length = 16, 8
 
     def build_model(self) -> nn.Layer:
-        """A freshly initialised network."""
         return _Seq2SeqNet(self.vocab, self.length)
 
     def setup(self, ctx) -> None:
-        _use_device(ctx.device)
+        use_device(ctx.device)
         rng = np.random.RandomState(ctx.seed)
         source = rng.randint(2, self.vocab, (96, self.length)).astype("int64")
         target = source[:, ::-1].copy()
@@ -96,16 +87,10 @@ class Seq2SeqAttention(Workload):
     def train_step(self, ctx, step: int) -> float:
         self.model.train()
         logits, _ = self.model(self.source[:64], self.decoder_inputs[:64])
-        loss = F.cross_entropy(logits.reshape([-1, self.vocab]), self.target[:64].reshape([-1]))
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.clear_grad()
-        return float(loss)
+        return self.optimize(F.cross_entropy(logits.reshape([-1, self.vocab]), self.target[:64].reshape([-1])))
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with paddle.no_grad():
-            logits, attention = self.model(*self.example_inputs())
+        logits, attention = self.predict()
         return {"logits": logits.detach().cpu().numpy(), "attention": attention.detach().cpu().numpy()}
 
 
@@ -146,22 +131,18 @@ class _TransformerLMNet(nn.Layer):
         return paddle.matmul(self.norm(x), self.tokens.weight, transpose_y=True)
 
 
-class TransformerLM(Workload):
+class TransformerLM(PaddleWorkload):
     """A two-layer causal Transformer language model on arithmetic-progression token sequences."""
 
-    framework = "paddle"
     domain = "nlp"
-    requires = ["paddlepaddle>=2.6"]
     steps = 20
-    formats = ("paddle_state", "paddle_jit")
     vocab, context = 32, 16
 
     def build_model(self) -> nn.Layer:
-        """A freshly initialised network."""
         return _TransformerLMNet(self.vocab, self.context)
 
     def setup(self, ctx) -> None:
-        _use_device(ctx.device)
+        use_device(ctx.device)
         rng = np.random.RandomState(ctx.seed)
         start = rng.randint(0, self.vocab, (96, 1))
         stride = rng.randint(1, 4, (96, 1))
@@ -178,14 +159,7 @@ class TransformerLM(Workload):
     def train_step(self, ctx, step: int) -> float:
         self.model.train()
         logits = self.model(self.tokens[:64, :-1])
-        loss = F.cross_entropy(logits.reshape([-1, self.vocab]), self.tokens[:64, 1:].reshape([-1]))
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.clear_grad()
-        return float(loss)
+        return self.optimize(F.cross_entropy(logits.reshape([-1, self.vocab]), self.tokens[:64, 1:].reshape([-1])))
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with paddle.no_grad():
-            logits = self.model(*self.example_inputs())
-        return {"logits": logits.detach().cpu().numpy()}
+        return {"logits": self.predict().detach().cpu().numpy()}

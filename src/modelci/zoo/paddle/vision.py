@@ -11,7 +11,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from modelci import Workload
+from _common import PaddleWorkload, use_device
 
 
 def _prototype_images(seed: int, count: int, classes: int, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -23,9 +23,38 @@ def _prototype_images(seed: int, count: int, classes: int, shape: tuple[int, ...
     return images.astype("float32"), labels.astype("int64")
 
 
-def _use_device(device: str) -> None:
-    """Point paddle at the harness's device ("cpu", "cuda", "cuda:1" -> paddle's "gpu:1")."""
-    paddle.set_device("cpu" if device == "cpu" else device.replace("cuda", "gpu"))
+class _PrototypeClassifier(PaddleWorkload):
+    """A classifier of `_prototype_images` shaped `shape`: it trains on two alternating batches of `batch` images
+    and infers on the 32 held out after them."""
+
+    domain = "vision"
+    shape: tuple[int, ...]
+    batch: int
+
+    def make_optimizer(self) -> paddle.optimizer.Optimizer:
+        """The optimizer of `self.model`."""
+        raise NotImplementedError
+
+    def setup(self, ctx) -> None:
+        use_device(ctx.device)
+        train = 2 * self.batch
+        images, labels = _prototype_images(ctx.seed, train + 32, 10, self.shape)
+        self.images, self.labels = paddle.to_tensor(images[:train]), paddle.to_tensor(labels[:train])
+        self.eval_images = paddle.to_tensor(images[train:])
+        self.model = self.build_model()
+        self.optimizer = self.make_optimizer()
+
+    def example_inputs(self) -> tuple:
+        """The evaluation batch, which `infer` feeds the model."""
+        return (self.eval_images,)
+
+    def train_step(self, ctx, step: int) -> float:
+        self.model.train()
+        rows = slice((step % 2) * self.batch, (step % 2 + 1) * self.batch)
+        return self.optimize(F.cross_entropy(self.model(self.images[rows]), self.labels[rows]))
+
+    def infer(self, ctx) -> dict:
+        return {"logits": self.predict().detach().cpu().numpy()}
 
 
 class _BasicBlock(nn.Layer):
@@ -62,47 +91,19 @@ class _ResNetMiniNet(nn.Layer):
         return self.head(paddle.flatten(F.adaptive_avg_pool2d(features, 1), 1))
 
 
-class ResNetMini(Workload):
+class ResNetMini(_PrototypeClassifier):
     """A three-stage ResNet with BatchNorm trained with momentum SGD on 32x32 synthetic images."""
 
-    framework = "paddle"
-    domain = "vision"
-    requires = ["paddlepaddle>=2.6"]
     steps = 12
-    formats = ("paddle_state", "paddle_jit")
+    shape, batch = (3, 32, 32), 32
 
     def build_model(self) -> nn.Layer:
-        """A freshly initialised network."""
         return _ResNetMiniNet()
 
-    def setup(self, ctx) -> None:
-        _use_device(ctx.device)
-        images, labels = _prototype_images(ctx.seed, 96, 10, (3, 32, 32))
-        self.images, self.labels = paddle.to_tensor(images[:64]), paddle.to_tensor(labels[:64])
-        self.eval_images = paddle.to_tensor(images[64:])
-        self.model = self.build_model()
-        self.optimizer = paddle.optimizer.Momentum(
+    def make_optimizer(self) -> paddle.optimizer.Optimizer:
+        return paddle.optimizer.Momentum(
             learning_rate=0.05, momentum=0.9, parameters=self.model.parameters(), weight_decay=1e-4
         )
-
-    def example_inputs(self) -> tuple:
-        """The evaluation batch, which `infer` feeds the model."""
-        return (self.eval_images,)
-
-    def train_step(self, ctx, step: int) -> float:
-        self.model.train()
-        lo = (step % 2) * 32
-        loss = F.cross_entropy(self.model(self.images[lo : lo + 32]), self.labels[lo : lo + 32])
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.clear_grad()
-        return float(loss)
-
-    def infer(self, ctx) -> dict:
-        self.model.eval()
-        with paddle.no_grad():
-            logits = self.model(*self.example_inputs())
-        return {"logits": logits.detach().cpu().numpy()}
 
 
 class _LeNetNet(nn.Layer):
@@ -123,42 +124,18 @@ class _LeNetNet(nn.Layer):
         return self.fc3(paddle.tanh(self.fc2(paddle.tanh(self.fc1(x)))))
 
 
-class LeNet(Workload):
+class LeNet(_PrototypeClassifier):
     """LeNet-5 trained with Adam on 28x28 synthetic digits-like images."""
 
-    framework = "paddle"
-    domain = "vision"
-    requires = ["paddlepaddle>=2.6"]
     steps = 20
-    formats = ("paddle_state", "paddle_jit")
+    shape, batch = (1, 28, 28), 64
 
     def build_model(self) -> nn.Layer:
-        """A freshly initialised network."""
         return _LeNetNet()
 
-    def setup(self, ctx) -> None:
-        _use_device(ctx.device)
-        images, labels = _prototype_images(ctx.seed, 160, 10, (1, 28, 28))
-        self.images, self.labels = paddle.to_tensor(images[:128]), paddle.to_tensor(labels[:128])
-        self.eval_images = paddle.to_tensor(images[128:])
-        self.model = self.build_model()
-        self.optimizer = paddle.optimizer.Adam(learning_rate=2e-3, parameters=self.model.parameters())
-
-    def example_inputs(self) -> tuple:
-        """The evaluation batch, which `infer` feeds the model."""
-        return (self.eval_images,)
-
-    def train_step(self, ctx, step: int) -> float:
-        self.model.train()
-        lo = (step % 2) * 64
-        loss = F.cross_entropy(self.model(self.images[lo : lo + 64]), self.labels[lo : lo + 64])
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.clear_grad()
-        return float(loss)
+    def make_optimizer(self) -> paddle.optimizer.Optimizer:
+        return paddle.optimizer.Adam(learning_rate=2e-3, parameters=self.model.parameters())
 
     def infer(self, ctx) -> dict:
-        self.model.eval()
-        with paddle.no_grad():
-            logits = self.model(*self.example_inputs())
+        logits = self.predict()
         return {"logits": logits.detach().cpu().numpy(), "probabilities": F.softmax(logits, -1).cpu().numpy()}
