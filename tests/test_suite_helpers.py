@@ -157,6 +157,23 @@ def test_a_suite_file_named_like_an_installed_module_does_not_shadow_it(tmp_path
     np.testing.assert_array_equal(result.outputs["y"], np.arange(4.0) * 2.0)
 
 
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_the_project_folder_hides_no_package_and_no_helper(tmp_path, monkeypatch, mode):
+    # children run in the user's project folder, which `python -m` would put first on sys.path
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "numpy.py").write_text("raise ImportError('the project folder shadowed numpy')\n")
+    (root / "_common.py").write_text("raise ImportError('the project folder shadowed the suite helper')\n")
+    monkeypatch.chdir(root)
+    suites = {"s": write_suite(tmp_path / "s", 2.0)}
+    with forked.Executor(Path(sys.executable), tmp_path / "scratch", isolation=mode, threads=1) as executor:
+        found = executor.discover(suites)
+        assert found["errors"] == []
+        result = executor.run_workload(suites, WorkloadInfo.from_json(found["workloads"][0]), timeout=300)
+    assert result.status == "ok", (result.reason, result.traceback, result.stderr_tail)
+    np.testing.assert_array_equal(result.outputs["y"], np.arange(4.0) * 2.0)
+
+
 def test_the_compat_child_gives_each_job_its_own_suites_helper(tmp_path):
     suites = {"a": write_suite(tmp_path / "a", 2.0), "b": write_suite(tmp_path / "b", 3.0)}
     # a's class is imported first and reused by the third job, after b's helper was imported

@@ -566,8 +566,22 @@ def parse_suites(values: list[str]) -> dict[str, Path]:
     return suites
 
 
+def drop_working_directory() -> None:
+    """Take the working directory off sys.path, where `python -m` put it first.
+
+    Children run in the user's project folder (workloads may read files relative to it), and a `numpy.py`,
+    a `torch/` folder or a `_common.py` there must not hide the environment's packages or a suite's own
+    helper. Done at the start of each entry point (child, worker, compat child), before anything else is
+    imported; `-P` would do the same but needs Python 3.11 in the environment under test.
+    """
+    cwd = os.getcwd()
+    if sys.path and sys.path[0] in ("", ".", cwd):
+        del sys.path[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Dispatch the `list` and `run` entry points."""
+    drop_working_directory()
     parser = argparse.ArgumentParser(prog="modelci.workload.child")
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list")

@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from modelci.workload.api import Context, SkipWorkload, Workload
-from modelci.workload.child import enter_suite, find_class, module_info, overrides, parse_suites, save_outputs
+from modelci.workload.child import (
+    drop_working_directory,
+    enter_suite,
+    find_class,
+    module_info,
+    overrides,
+    parse_suites,
+    save_outputs,
+)
 from modelci.workload.frameworks import get_helper
 
 #: version of the files this module writes for the parent
@@ -182,6 +190,7 @@ def raise_as_failed(record: dict[str, Any], exc: BaseException) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatch the `load` and `inputs` entry points over a job file."""
+    drop_working_directory()
     parser = argparse.ArgumentParser(prog="modelci.workload.compat_child")
     parser.add_argument("command", choices=("load", "inputs"))
     parser.add_argument("--suite", action="append", default=[])

@@ -363,6 +363,9 @@ def serve(channel: Channel, names: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: `python -m modelci.workload.worker [--preload MODULE]... [--suite DIR]...`."""
+    from modelci.workload.child import drop_working_directory
+
+    drop_working_directory()  # before the preloads: the project folder must not hide the environment's packages
     parser = argparse.ArgumentParser(prog="modelci.workload.worker")
     parser.add_argument("--preload", action="append", default=[], help="a module to import once")
     parser.add_argument("--suite", action="append", default=[], help="a suite folder whose imports to preload")
