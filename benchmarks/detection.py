@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import platform
 import re
@@ -89,12 +90,12 @@ def make_series(kind: str, step: float, step_at: int, rng: np.random.Generator) 
     return samples, np.median(samples, axis=1)
 
 
-def history_alarms(values: np.ndarray, noise_cv: float | None) -> list[tuple[int, bool]]:
+def history_alarms(values: np.ndarray, noise_cv: float | None, worse: str) -> list[tuple[int, bool]]:
     """(point, slower?) of each alarm the online history check raises over the series."""
     alarms: list[tuple[int, bool]] = []
     last_index = -1
     for t in range(len(values)):
-        change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, window=WINDOW)
+        change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, window=WINDOW, worse=worse)
         if change is not None and change.index != last_index:
             alarms.append((t, change.magnitude > 0))
             last_index = change.index
@@ -131,6 +132,26 @@ class Tally:
     located: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
     other_changes: int = 0
 
+    def count(self, alarms: list[tuple[int, bool]], step: float, step_at: int, before_only: bool = False) -> None:
+        """Count the alarms on one series: all false on an A/A series (step 0); on a step series, the step is found
+        by a "slower" alarm in [step_at, step_at + FOUND_WITHIN] and every alarm outside that span is false
+        (``before_only``: the series was only checked up to the end of that span)."""
+        if not step:
+            self.aa_slower += sum(slower for _, slower in alarms)
+            self.aa_either += len(alarms)
+            self.aa_points += POINTS
+            return
+        inside = [t for t, slower in alarms if slower and step_at <= t <= step_at + FOUND_WITHIN]
+        self.steps[step] += 1
+        if inside:
+            self.found[step] += 1
+            self.delays[step].append(min(inside) - step_at)
+        if not before_only:
+            outside = [slower for t, slower in alarms if not step_at <= t <= step_at + FOUND_WITHIN]
+            self.step_slower += sum(outside)
+            self.step_either += len(outside)
+            self.step_points += POINTS - (FOUND_WITHIN + 1)
+
     def add(self, other: Tally) -> None:
         """Fold another tally into this one."""
         for name in (
@@ -145,62 +166,97 @@ class Tally:
             self.located[s] += other.located[s]
 
 
-Job = tuple[str, np.random.SeedSequence, float | None, float, float]  # kind, seed, noise_cv, constants
+#: the checks a run can measure (--checks): the online history check alarming on "slower" only, as a timing alarm
+#: does, the same check reporting changes both ways, the pairwise timing check, detect_changes on whole series,
+#: and the best tail test there is (the noise and phi known, no outliers; see bound_alarms)
+CHECKS = ("history", "history-both", "pairwise", "offline", "bound")
+ONLINE = {"history": "up", "history-both": "both"}
+
+Job = tuple[str, np.random.SeedSequence, float | None, dict[str, float | int], tuple[str, ...]]
+
+
+def bound_alarms(values: np.ndarray, kind: str, stop: int) -> list[tuple[int, bool]]:
+    """(point, slower?) of each alarm of the best one-sided tail test, up to point ``stop``: the noise sd and phi
+    are the true ones, there are no outliers to clean, and the whole window before the tail is the baseline.
+
+    It tests the last 3 to 6 points with detect_latest's own z (least squares under AR(1)) and thresholds, so it
+    shows what the noise itself allows at those thresholds, with nothing lost to estimating it.
+    """
+    # the sd of one point: the run-to-run 3% and the median of 5 samples at 1% (its variance is 0.287 sd**2)
+    noise = history.Noise(math.sqrt(CV**2 + 0.287 * WITHIN_RUN_CV**2), 0.5 if kind == "ar1" else 0.0)
+    alarms: list[tuple[int, bool]] = []
+    last_index = -1
+    for t in range(history.MIN_POINTS_FOR_ESTIMATE + history.MAX_TAIL, stop):
+        recent = values[max(0, t + 1 - WINDOW): t + 1]
+        for k in range(history.MAX_TAIL, 2, -1):
+            z = history._shift_z(recent, k, noise)
+            if z > 0 and z**2 >= history.LATEST_PENALTY + history.SHORT_TAIL * (history.MAX_TAIL - k):
+                if t + 1 - k != last_index:
+                    alarms.append((t, True))
+                    last_index = t + 1 - k
+                break
+    return alarms
 
 
 def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
-    """Run both detectors on one A/A series and one series per step size, all from one seed."""
-    kind, seed, noise_cv, history.LATEST_PENALTY, history.PENALTY_OFFSET = job
+    """Run the checks on one A/A series and one series per step size, all from one seed."""
+    kind, seed, noise_cv, constants, checks = job
+    for name, value in constants.items():
+        setattr(history, name, value)
     rng = np.random.default_rng(seed)
-    tallies = {"history": Tally(), "pairwise": Tally()}
-    samples, values = make_series(kind, 0.0, POINTS, rng)
-    for name, alarms in (("history", history_alarms(values, noise_cv)), ("pairwise", pairwise_alarms(samples))):
-        tallies[name].aa_slower += sum(slower for _, slower in alarms)
-        tallies[name].aa_either += len(alarms)
-        tallies[name].aa_points += POINTS
-    tallies["history"].aa_series_changed += bool(history.detect_changes(values, noise_cv=noise_cv))
-    for step in STEPS:
-        step_at = int(rng.integers(EDGE, POINTS - EDGE))
+    tallies = {name: Tally() for name in checks}
+    for step in (0.0, *STEPS):
+        step_at = int(rng.integers(EDGE, POINTS - EDGE)) if step else POINTS
         samples, values = make_series(kind, step, step_at, rng)
-        for name, alarms in (("history", history_alarms(values, noise_cv)), ("pairwise", pairwise_alarms(samples))):
-            tally = tallies[name]
-            inside = [(t, slower) for t, slower in alarms if step_at <= t <= step_at + FOUND_WITHIN]
-            hits = [t for t, slower in inside if slower]
-            tally.steps[step] += 1
-            if hits:
-                tally.found[step] += 1
-                tally.delays[step].append(min(hits) - step_at)
-            outside = [slower for t, slower in alarms if not step_at <= t <= step_at + FOUND_WITHIN]
-            tally.step_slower += sum(outside)
-            tally.step_either += len(outside)
-            tally.step_points += POINTS - (FOUND_WITHIN + 1)
-        changes = history.detect_changes(values, noise_cv=noise_cv)
-        located = any(abs(c.index - step_at) <= LOCATED_WITHIN for c in changes)
-        tallies["history"].located[step] += located
-        tallies["history"].other_changes += len(changes) - located
+        for name in checks:
+            if name == "offline":
+                changes = history.detect_changes(values, noise_cv=noise_cv)
+                if step:
+                    tallies[name].steps[step] += 1
+                    located = any(abs(c.index - step_at) <= LOCATED_WITHIN for c in changes)
+                    tallies[name].located[step] += located
+                    tallies[name].other_changes += len(changes) - located
+                else:
+                    tallies[name].aa_series_changed += bool(changes)
+                continue
+            if name == "bound":
+                if kind == "outliers":
+                    continue  # its sd knows nothing of outliers: it would alarm on every spike
+                alarms = bound_alarms(values, kind, min(POINTS, step_at + FOUND_WITHIN + 1))
+            elif name == "pairwise":
+                alarms = pairwise_alarms(samples)
+            else:
+                alarms = history_alarms(values, noise_cv, ONLINE[name])
+            tallies[name].count(alarms, step, step_at, before_only=name == "bound")
     return kind, tallies
 
 
 def run(
-    series: int, noise_cv: float | None, workers: int, latest_penalty: float, penalty_offset: float, seed: int
+    series: int, noise_cv: float | None, workers: int, constants: dict[str, float | int], seed: int, checks: tuple[str, ...]
 ) -> dict[str, dict[str, Tally]]:
-    """Evaluate ``series`` seeded series per noise kind; returns kind -> detector -> tally."""
+    """Evaluate ``series`` seeded series per noise kind; returns kind -> check -> tally, and "all" pooled."""
     seeds = np.random.SeedSequence(seed).spawn(len(NOISE_KINDS) * series)
     jobs = [
-        (kind, seeds[k * series + i], noise_cv, latest_penalty, penalty_offset)
+        (kind, seeds[k * series + i], noise_cv, constants, checks)
         for k, kind in enumerate(NOISE_KINDS)
         for i in range(series)
     ]
-    results = {kind: {"history": Tally(), "pairwise": Tally()} for kind in NOISE_KINDS}
+    results = {kind: {name: Tally() for name in checks} for kind in (*NOISE_KINDS, "all")}
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for kind, tallies in pool.map(evaluate_one, jobs, chunksize=4):
             for name, tally in tallies.items():
                 results[kind][name].add(tally)
+                results["all"][name].add(tally)
     return results
 
 
+def rate(count: int, points: int) -> str:
+    """Alarms per 1,000 points, or a dash when there were no points."""
+    return f"{1000 * count / points:.2f}" if points else "–"
+
+
 def table(results: dict[str, dict[str, Tally]]) -> str:
-    """The figures as a markdown table."""
+    """The online figures as a markdown table."""
     lines = [
         "| noise | check | false alarms / 1,000 pts, A/A: slower (either way) "
         "| false alarms / 1,000 pts, step series: slower (either way) "
@@ -209,11 +265,14 @@ def table(results: dict[str, dict[str, Tally]]) -> str:
     ]
     for kind, by_check in results.items():
         for name, t in by_check.items():
+            if name == "offline" or not t.aa_points:
+                continue
             cells = [
                 kind,
                 name,
-                f"{1000 * t.aa_slower / t.aa_points:.2f} ({1000 * t.aa_either / t.aa_points:.2f})",
-                f"{1000 * t.step_slower / t.step_points:.2f} ({1000 * t.step_either / t.step_points:.2f})",
+                f"{rate(t.aa_slower, t.aa_points)} ({rate(t.aa_either, t.aa_points)})",
+                f"{rate(t.step_slower, t.step_points)} ({rate(t.step_either, t.step_points)})"
+                if t.step_points else "–",
             ]
             for s in STEPS:
                 cells.append(f"{100 * t.found[s] / t.steps[s]:.0f}%")
@@ -230,13 +289,40 @@ def offline_table(results: dict[str, dict[str, Tally]]) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for kind, by_check in results.items():
-        t = by_check["history"]
+        t = by_check["offline"]
         series = t.steps[STEPS[0]]
         cells = [kind, f"{100 * t.aa_series_changed / series:.1f}%"]
         cells += [f"{100 * t.located[s] / t.steps[s]:.0f}%" for s in STEPS]
         cells.append(f"{t.other_changes / sum(t.steps.values()):.2f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def drift_cost() -> str:
+    """How many Mann-Whitney tests (and seconds) detect_changes takes on a noise-free drift of 500 points.
+
+    Its sd is 0 (the floor), so PELT cuts it every few points and nearly every cut fails its test: the count
+    shows whether confirming them stays linear in the cuts (it once re-tested all of them after each drop).
+    """
+    tests = 0
+    real = history._mann_whitney
+
+    def counted(*args: object) -> float:
+        nonlocal tests
+        tests += 1
+        return real(*args)
+
+    history._mann_whitney = counted
+    try:
+        started = time.perf_counter()
+        changes = history.detect_changes(np.linspace(1.0, 1.5, 500))
+        elapsed = time.perf_counter() - started
+    finally:
+        history._mann_whitney = real
+    return (
+        f"A noise-free drift of 500 points from 1.0 to 1.5 (`detect_changes`): {len(changes)} change points, "
+        f"{tests} Mann-Whitney tests, {elapsed:.2f} s."
+    )
 
 
 def write_doc(text: str, block: str) -> None:
@@ -249,6 +335,24 @@ def write_doc(text: str, block: str) -> None:
     DOC.write_text(replaced, encoding="utf-8")
 
 
+#: the constants of modelci.checks.history that --constant may set, to calibrate them
+TUNABLE = (
+    "LATEST_PENALTY", "SHORT_TAIL", "BOTH_WAYS", "PHI_PENALTY", "SEGMENT_PENALTY", "LOOKBACK", "RELOCATE",
+    "LATEST_SD_PADDING", "PENALTY_OFFSET", "SD_PADDING", "PHI_PADDING",
+)
+
+
+def constant(text: str) -> tuple[str, float | int]:
+    """Parse NAME=VALUE for --constant."""
+    name, _, value = text.partition("=")
+    if name not in TUNABLE:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(TUNABLE)}")
+    try:
+        return name, type(getattr(history, name))(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} needs a number, as in {name}=10.0, not {value!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, run the benchmark, print the table and (full runs) write it into the docs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,13 +362,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--write", action="store_true", help="write docs/detection.md even with --quick")
     parser.add_argument("--seed", type=int, default=SEED, help="calibrate on another seed than the one reported")
-    parser.add_argument("--latest-penalty", type=float, default=history.LATEST_PENALTY, help="to calibrate it")
-    parser.add_argument("--penalty-offset", type=float, default=history.PENALTY_OFFSET, help="to calibrate it")
+    parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)}")
+    parser.add_argument("--constant", type=constant, action="append", default=[], metavar="NAME=VALUE",
+                        help=f"set a constant of the history check, to calibrate it ({', '.join(TUNABLE)})")
     args = parser.parse_args(argv)
+    checks = tuple(name.strip() for name in args.checks.split(","))
+    unknown = sorted(set(checks) - set(CHECKS))
+    if unknown:
+        parser.error(f"unknown check(s) {', '.join(unknown)}: pick from {', '.join(CHECKS)}")
+    constants = {name: getattr(history, name) for name in TUNABLE} | dict(args.constant)
     series = args.series or (30 if args.quick else 200)
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    results = run(series, args.noise_cv, args.workers, args.latest_penalty, args.penalty_offset, args.seed)
+    results = run(series, args.noise_cv, args.workers, constants, args.seed, checks)
     elapsed = time.perf_counter() - started
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + time.process_time()
     command = "python benchmarks/detection.py " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -273,13 +383,14 @@ def main(argv: list[str] | None = None) -> int:
         f"Measured {datetime.date.today().isoformat()} on {platform.machine()} {platform.system()} "
         f"({os.cpu_count()} cores, load average {load:.1f} at the start), {args.workers} worker processes: "
         f"{elapsed:.0f} s, {cpu:.0f} s of CPU. `{command.strip()}` ({series} series of {POINTS} points per noise "
-        f"kind and step size, {noise}, LATEST_PENALTY {args.latest_penalty}, PENALTY_OFFSET "
-        f"{args.penalty_offset}, seed {args.seed})."
+        f"kind and step size, {noise}, seed {args.seed}; "
+        + ", ".join(f"{name} {value:g}" for name, value in constants.items())
+        + ")."
     )
-    text = (
-        f"{header}\n\nOnline (`detect_latest` after each point) against the pairwise check:\n\n{table(results)}\n\n"
-        f"Offline (`detect_changes` on each whole series of {POINTS} points):\n\n{offline_table(results)}"
-    )
+    text = f"{header}\n\nOnline (`detect_latest` after each point) against the pairwise check:\n\n{table(results)}"
+    if "offline" in checks:
+        text += f"\n\nOffline (`detect_changes` on each whole series of {POINTS} points):\n\n{offline_table(results)}"
+        text += f"\n\n{drift_cost()}"
     print(text)
     if not args.quick or args.write:
         write_doc(text, "figures" if args.noise_cv is None else "figures-noise-cv")

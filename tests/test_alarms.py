@@ -196,6 +196,29 @@ def test_a_step_too_small_for_the_pairwise_check_opens_a_change_alarm_naming_the
     assert [events(o) for o in back] == [[], [("recovered", SLOW, "time.infer")], []]
 
 
+def test_the_online_check_looks_for_a_step_the_bad_way_only(history):
+    from modelci.checks.history import detect_latest
+
+    # one-sided: 6% faster is no regression, so it is not even found (the two-sided check does find it)
+    drift(history, levels(30, 24, -0.06))
+    series = changes.load_series(history.store, metric="time.infer")
+    assert changes.latest_changes(series, changes.calibrated(history.config, history.store)) == []
+    assert detect_latest(series[0].values, series[0].labels, worse="both").label == "fw==1.0.24"
+
+
+def test_the_online_check_tests_each_metric_the_way_it_gets_worse():
+    from modelci.checks.policy import Policy
+
+    def series(metric: str, kind: str) -> changes.Series:
+        return changes.Series("ci", "suite/W", metric, kind, "")
+
+    assert changes.worse_way(series("time.infer", "timing"), Policy()) == "up"
+    assert changes.worse_way(series("top1_acc", "metric"), Policy()) == "down"
+    assert changes.worse_way(series("loss", "curve"), Policy()) == "both"
+    assert changes.worse_way(series("loss", "curve"), Policy(direction="lower")) == "up"
+    assert changes.worse_way(series("throughput", "metric"), Policy(direction="higher")) == "down"
+
+
 @pytest.mark.parametrize("source", ["policy", "calibrate"])
 @pytest.mark.parametrize("noise_cv, alarms", [(0.01, 1), (0.05, 0)])
 def test_the_calibrated_noise_sets_the_penalty(tmp_path, noise_cv, alarms, source):

@@ -15,6 +15,27 @@ def noisy(n: int, seed: int, cv: float = 0.03, level: float = 1.0) -> np.ndarray
     return level * (1 + cv * np.random.default_rng(seed).standard_normal(n))
 
 
+def ar1(n: int, seed: int, cv: float = 0.03, phi: float = 0.5) -> np.ndarray:
+    """A flat series with AR(1) noise whose marginal sd is ``cv``, as the benchmark draws it."""
+    rng = np.random.default_rng(seed)
+    e = np.empty(n)
+    e[0] = cv * rng.standard_normal()
+    innovations = cv * np.sqrt(1 - phi**2) * rng.standard_normal(n)
+    for i in range(1, n):
+        e[i] = phi * e[i - 1] + innovations[i]
+    return 1 + e
+
+
+def online_alarms(values: np.ndarray, **settings) -> list[int]:
+    """The change indexes detect_latest raises running after each point, each counted once (as an open alarm)."""
+    alarms: list[int] = []
+    for t in range(len(values)):
+        change = detect_latest(values[: t + 1], **settings)
+        if change is not None and (not alarms or change.index != alarms[-1]):
+            alarms.append(change.index)
+    return alarms
+
+
 def test_clean_step_is_found_at_its_index_with_its_label_and_sign():
     values = noisy(80, seed=1)
     values[50:] *= 1.10
@@ -115,7 +136,9 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="labels"):
         detect_changes([1.0] * 10, ["a"])
     with pytest.raises(ValueError, match="tail"):
-        detect_latest([1.0] * 10, tail=6)
+        detect_latest([1.0] * 10, tail=7)
+    with pytest.raises(ValueError, match="worse must be one of up, down, both"):
+        detect_latest([1.0] * 30, worse="slower")
 
 
 def test_estimate_noise_sees_through_a_step_and_finds_ar1():
@@ -157,3 +180,115 @@ def test_confirming_a_drift_cut_into_many_segments_tests_each_change_point_a_bou
     assert changes and all(c.magnitude > 0 for c in changes)
     # one test per first cut (at most 500 / min_size of them) plus two per cut dropped
     assert len(calls) <= 3 * 500 // 3
+
+
+def test_one_sided_detection_ignores_a_step_the_good_way():
+    values = noisy(60, seed=5)
+    values[-5:] *= 0.90  # 10% faster
+    assert detect_latest(values, worse="up") is None
+    faster = detect_latest(values, worse="down")
+    assert faster is not None and faster.magnitude < 0 and abs(faster.index - 55) <= 1
+    either = detect_latest(values, worse="both")
+    assert either is not None and (either.index, either.magnitude) == (faster.index, faster.magnitude)
+
+
+def test_a_one_sided_check_sees_a_change_too_small_for_a_two_sided_one():
+    # a known sd, no autocorrelation (the baseline alternates, so phi estimates below 0 and counts as 0), and a
+    # 6-point tail whose z**2 lies halfway between the one-sided and the two-sided thresholds
+    from modelci.checks import history
+
+    sd = 0.03
+    z = np.sqrt(history.LATEST_PENALTY + history.BOTH_WAYS / 2)
+    shift = z * sd * np.sqrt(1 / 6 + 1 / 54)
+    values = np.concatenate([1 + sd * np.resize([1.0, -1.0], 54), np.full(6, 1 + shift)])
+    change = detect_latest(values, noise_sd=sd, worse="up")
+    assert change is not None and change.index == 54
+    assert detect_latest(values, noise_sd=sd, worse="both") is None
+    assert detect_latest(2 - values, noise_sd=sd, worse="down").index == 54
+
+
+def test_a_change_may_be_seen_in_six_points_found_within_five_runs_of_its_first():
+    # a known sd, a baseline of 54 points, and a step whose z**2 at 6 points just clears the threshold: at 5 points
+    # (z**2 0.85 times as large, against a threshold SHORT_TAIL higher) it does not
+    from modelci.checks import history
+
+    sd = 0.03
+    shift = np.sqrt(history.LATEST_PENALTY + 0.5) * sd * np.sqrt(1 / 6 + 1 / 54)
+    values = np.concatenate([1 + sd * np.resize([1.0, -1.0], 54), np.full(6, 1 + shift)])
+    assert detect_latest(values[:59], noise_sd=sd, worse="up") is None
+    assert detect_latest(values, noise_sd=sd, worse="up").index == 54
+    # a 5-point tail cannot see it: a start before its tail fits better
+    assert detect_latest(values, noise_sd=sd, worse="up", tail=5) is None
+
+
+def test_ten_percent_steps_on_ar1_noise_are_found_within_five_points():
+    found = 0
+    for seed in range(20):
+        values = ar1(120, seed=300 + seed)
+        values[100:] *= 1.10
+        found += any(detect_latest(values[: t + 1], worse="up") is not None for t in range(100, 106))
+    assert found >= 18
+
+
+@pytest.mark.parametrize("series", [noisy, ar1])
+def test_a_a_series_raise_almost_no_alarm_online(series):
+    # 6 series of 200 points run as in production: at the 1 per 1,000 points of the target that is about one
+    # alarm in all; noise taken as iid on the AR(1) series would give dozens
+    alarms = [online_alarms(series(200, seed=400 + seed), worse="up") for seed in range(6)]
+    assert sum(map(len, alarms)) <= 2
+
+
+def test_a_step_older_than_the_tail_is_not_reported_again():
+    values = noisy(80, seed=12)
+    values[70:] *= 1.10
+    assert detect_latest(values[:74], worse="up").index == 70
+    assert detect_latest(values[:77], worse="up") is None  # 7 points old
+
+
+def test_shift_z_is_generalised_least_squares_under_ar1_noise():
+    from modelci.checks import history
+
+    rng = np.random.default_rng(13)
+    segment = rng.standard_normal(40)
+    tails = np.arange(3, 9)
+    for phi in (0.0, 0.3, 0.6):
+        noise = Noise(1.3, phi)
+        expected = []
+        for k in tails:
+            # the regression on [1, step] after the Prais-Winsten transform, by numpy's least squares
+            design = np.column_stack([np.ones(40), np.arange(40) >= 40 - k]).astype(float)
+            scale = np.ones(40)
+            scale[0] = np.sqrt(1 - phi**2)
+            white_x = np.vstack([scale[0] * design[0], design[1:] - phi * design[:-1]])
+            white_y = np.concatenate([[scale[0] * segment[0]], segment[1:] - phi * segment[:-1]])
+            coefficients = np.linalg.lstsq(white_x, white_y, rcond=None)[0]
+            variance = np.linalg.inv(white_x.T @ white_x)[1, 1] * 1.3**2 * (1 - phi**2)
+            expected.append(coefficients[1] / np.sqrt(variance))
+        assert history._shift_z(segment, tails, noise) == pytest.approx(expected)
+    # with phi = 0 it is the difference of the two means over its sd
+    k = 5
+    plain = (segment[-k:].mean() - segment[:-k].mean()) / np.sqrt(1 / k + 1 / (40 - k))
+    assert history._shift_z(segment, np.array([k]), Noise(1.0, 0.0))[0] == pytest.approx(plain)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_two_spikes_just_before_the_last_point_do_not_fire_the_online_check(seed):
+    # mirrored at the end, the window of the third-last point held both spikes twice: 4 of 7, so they stayed
+    values = noisy(60, seed=seed)
+    values[-3] *= 1.40
+    values[-2] *= 1.45
+    assert detect_latest(values, worse="up") is None
+
+
+def test_a_change_keeps_the_index_it_was_first_reported_at():
+    from modelci.checks import history
+
+    values = noisy(70, seed=120)
+    values[60:] *= 1.06
+    settings = history._Latest(None, None, 3, 6, 60, "up")
+    # its best start moves from 61 to 60 with the next point ...
+    assert history._tail_candidate(values[:64], settings)[2] == 61
+    assert history._tail_candidate(values[:65], settings)[2] == 60
+    # ... but it is the same change, so it keeps the index it was first reported at
+    assert detect_latest(values[:64], worse="up").index == 61
+    assert detect_latest(values[:65], worse="up").index == 61

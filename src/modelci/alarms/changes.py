@@ -23,8 +23,9 @@ from modelci.store.schema import MetricRow, ResultRow, RunRow, TargetRow
 if TYPE_CHECKING:  # ruptures and scipy.stats take seconds to import: only detection pays for them
     from modelci.checks import history
 
-#: the change must start within the last TAIL points to be reported after a run (history.detect_latest)
-TAIL = 5
+#: the change must start within the last TAIL points to be reported after a run (history.detect_latest): a change
+#: found within 5 runs of its first target has 6 points
+TAIL = 6
 #: only the last WINDOW points are segmented after a run (older changes were reported when they were new)
 WINDOW = 60
 
@@ -150,6 +151,14 @@ def worse(series: Series, change: history.ChangePoint, policy: Policy) -> bool:
     return change.magnitude < 0 if policy.higher_better(series.metric) else change.magnitude > 0
 
 
+def worse_way(series: Series, policy: Policy) -> str:
+    """The way a change of the series is a regression, as history.detect_latest takes it: its one-sided test then
+    sees smaller regressions at the same false-alarm rate, and ignores improvements."""
+    if series.kind == "curve" and policy.direction is None:
+        return "both"
+    return "down" if policy.higher_better(series.metric) else "up"
+
+
 def _large_enough(series: Series, change: history.ChangePoint, policy: Policy) -> bool:
     """The absolute floors of the pairwise checks hold here too: a shift of a few MiB of RSS or a microsecond
     is no change worth an alarm."""
@@ -204,7 +213,7 @@ def latest_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list
     for series in series_list:
         policy = policy_for(series.runner, series.workload)(series.metric)
         change = history.detect_latest(series.values, series.labels, tail=TAIL, window=WINDOW,
-                                       **detection_settings(series, policy))
+                                       worse=worse_way(series, policy), **detection_settings(series, policy))
         if change is not None and _large_enough(series, change, policy):
             found.append(SeriesChange(series, change, worse(series, change, policy)))
     return found

@@ -4,8 +4,12 @@ A series is one metric of one workload on one runner, one value per target in ve
 segmentation is ruptures' PELT with an l2 cost (``KernelCPD`` with the linear kernel, which is the same cost
 solved in C). Its penalty comes from the noise, not a constant: the calibrated ``noise_sd`` / ``noise_cv`` when
 given, or else a robust estimate from the series itself, inflated for lag-1 autocorrelation. Every change point
-must then pass a Mann-Whitney U test between its two segments and a minimum magnitude. The method and the
-figures that set its constants are in docs/detection.md (made by benchmarks/detection.py).
+must then pass a Mann-Whitney U test between its two segments and a minimum magnitude.
+
+The check after each run (``detect_latest``) uses that segmentation to find where the current level began, then
+tests whether the last few points start a new one, in the direction that is a regression: a one-sided z by
+least squares under AR(1) noise, against a threshold set from the same noise. The method and the figures that
+set its constants are in docs/detection.md (made by benchmarks/detection.py).
 """
 
 from __future__ import annotations
@@ -22,14 +26,34 @@ import numpy as np
 #: detect_changes: penalty = sd**2 * long-run AR(1) variance factor * (2 ln n + PENALTY_OFFSET). The 2 ln n term
 #: keeps the false change points per series flat as the series grows (BIC-like).
 PENALTY_OFFSET = 0.5
-#: detect_latest: penalty = sd**2 * 5-point AR(1) variance factor * LATEST_PENALTY, i.e. a change in the last 5
-#: points needs z**2 >= LATEST_PENALTY against the segment before. Calibrated on A/A series with the noise given
-#: (benchmarks/detection.py --latest-penalty, docs/detection.md) for <= 1 false alarm per 1,000 runs.
-LATEST_PENALTY = 9.5
+#: detect_latest: a change in the last MAX_TAIL points needs a one-sided z**2 >= LATEST_PENALTY against the points
+#: before it (z from least squares under AR(1) noise). Calibrated on A/A series of another seed than the one
+#: reported (benchmarks/detection.py --constant, docs/detection.md) for <= 1 false alarm per 1,000 runs.
+LATEST_PENALTY = 9.0
 #: a change seen in fewer points must clear SHORT_TAIL more z**2 per missing point: 3 points of a 10% step
-#: still clear it, and the false alarms saved there buy a lower LATEST_PENALTY for 5% steps at 5 points
+#: still clear it, and the false alarms saved there buy a lower LATEST_PENALTY for 5% steps at 6 points
 SHORT_TAIL = 3.0
-#: two-sided Mann-Whitney U level a change point must pass between its adjacent segments
+#: a check that reports changes both ways tests twice as many excursions: this much more z**2 keeps its false
+#: alarms (either way) about those of a one-sided check
+BOTH_WAYS = 2.5
+#: and this much more z**2 per unit of phi: autocorrelated noise wanders in longer excursions, each of which
+#: crosses the threshold at more starting points, and phi and the sd are looser estimates there (with phi = 0.5
+#: and the noise known, the same threshold gives 1.2-1.7 times the false alarms of iid noise)
+PHI_PENALTY = 6.0
+#: detect_latest: PELT finds the older change points of the window with penalty sd**2 * long-run AR(1) variance
+#: factor * SEGMENT_PENALTY; the tail is tested against the points since the last of them
+SEGMENT_PENALTY = 7.0
+#: detect_latest also fits a change starting up to this many points before the tail: if one fits better, the
+#: tail only continues an older change and nothing is reported
+LOOKBACK = 2
+#: a change found within this many points of one found in the last runs is that change, at its first index
+RELOCATE = 2
+#: the longest tail detect_latest tests: a change found within 5 runs of its first point has 6 points
+MAX_TAIL = 6
+#: the directions a change can be worse in
+WORSE = ("up", "down", "both")
+#: Mann-Whitney U level a change point must pass between its adjacent segments (two-sided, or one-sided the
+#: worse way in detect_latest)
 ALPHA = 0.01
 #: a point further than this many noise sds from its local median is a spike and is replaced by that median:
 #: 2% of runs 30-50% slow must not open 3-point segments, while a 10% step at 3% noise (3.3 sd) moves the
@@ -37,11 +61,16 @@ ALPHA = 0.01
 SPIKE = 4.0
 #: the residuals of a normal sample truncated at +-3 sd have this variance (to undo the trimming)
 _TRIMMED_VAR_3SD = 0.97334
-#: an sd estimated from n points is padded by (1 + SD_PADDING / sqrt(n_eff)) against its own uncertainty,
-#: n_eff = n (1 - phi) / (1 + phi) being what AR(1) noise is worth in independent points. Set so that an
-#: estimated noise gives about as many false alarms as a given one (1.0 gave a third fewer, and lost power)
+#: detect_changes: an sd estimated from n points is padded by (1 + SD_PADDING / sqrt(n_eff)) against its own
+#: uncertainty, n_eff = n (1 - phi) / (1 + phi) being what AR(1) noise is worth in independent points
 SD_PADDING = 0.25
-#: a clearly positive phi estimated from n points is padded by PHI_PADDING / sqrt(n) (its sd is about 1/sqrt(n))
+#: detect_latest: an estimated sd (and innovations' sd) is padded by (1 + LATEST_SD_PADDING / n), about what a
+#: Student t quantile adds to a normal one at these levels; a padding in 1 / sqrt(n) cost 5% steps on long
+#: histories and still let short ones over-alarm (docs/detection.md)
+LATEST_SD_PADDING = 2.0
+#: detect_changes: a clearly positive phi estimated from n points is padded by PHI_PADDING / sqrt(n) (its sd is
+#: about 1/sqrt(n)); a larger phi only raises its penalty. Not in detect_latest: its least squares under AR(1)
+#: gets less conservative with a phi too large as with one too small
 PHI_PADDING = 1.0
 #: fewer points than this and the noise estimate is too loose to set a penalty from it, and phi is unknown even
 #: when the sd is given: AR(1) wander over a dozen points passes for a change (docs/detection.md)
@@ -63,7 +92,7 @@ class ChangePoint:
     before_sd: float
     after_mean: float
     after_sd: float
-    p_value: float  # two-sided Mann-Whitney U between the two segments
+    p_value: float  # Mann-Whitney U between the two segments (one-sided the worse way in detect_latest)
     evidence: str  # one human line, e.g. "time.train +10.3% from torch==2.14.1 (mean 1.02±0.03 → ...)"
 
 
@@ -73,6 +102,16 @@ class Noise:
 
     sd: float
     phi: float = 0.0
+    #: the sd of the AR(1) innovations (what is left once phi times the point before is taken out), when it was
+    #: estimated from them; else sd * sqrt(1 - phi**2)
+    innovation_sd: float | None = None
+
+    @property
+    def innovations(self) -> float:
+        """The sd of the AR(1) innovations."""
+        if self.innovation_sd is not None:
+            return self.innovation_sd
+        return self.sd * math.sqrt(1 - self.phi**2)
 
     def variance_factor(self, points: int | None = None) -> float:
         """How much AR(1) noise inflates the variance of a mean of ``points`` consecutive points (None: many).
@@ -113,7 +152,12 @@ def estimate_noise(values: Sequence[float], *, min_size: int = 3) -> Noise:
     phi = float(np.sum(centred[1:] * centred[:-1]) / denominator) if denominator > 0 else 0.0
     # the lag-1 sample autocorrelation is biased low by about (1 + 3 phi) / n (Kendall 1954)
     phi = (n * phi + 1) / (n - 3) if n > 3 else phi
-    return Noise(sd, min(max(phi, 0.0), MAX_PHI))
+    phi = min(max(phi, 0.0), MAX_PHI)
+    # the innovations' sd straight from them: an AR(1) series holds about as many innovations as points, while
+    # its marginal sd is worth only n (1 - phi**2) / (1 + phi**2) points, and an error in phi partly cancels
+    innovations = residuals[1:] - phi * residuals[:-1]
+    innovation_sd = math.sqrt(_robust_var(innovations) * n / max(n - len(ends), 1)) if n > 3 else None
+    return Noise(sd, phi, innovation_sd)
 
 
 def detect_changes(
@@ -156,46 +200,129 @@ def detect_latest(
     metric: str = "",
     unit: str = "",
     alpha: float = ALPHA,
-    tail: int = 5,
+    tail: int = MAX_TAIL,
     window: int = 60,
+    worse: str = "both",
 ) -> ChangePoint | None:
-    """Say whether the last ``tail`` (at most 5) points begin a new segment: the check that runs after each run.
+    """Say whether the last ``tail`` (at most 6) points begin a new segment: the check that runs after each run.
 
-    Only the last ``window`` points are segmented, but the noise is estimated from the MIN_POINTS_FOR_ESTIMATE
-    to NOISE_WINDOW points before the tail, so pass the history, not just the window. The change may go either way: a caller that
-    alarms on regressions only looks at the sign of ``magnitude``.
+    ``worse`` is the direction that is a regression: "up" (timings, memory), "down" (accuracy) or "both". A
+    one-sided check ignores changes the other way and, at the same false-alarm rate, sees smaller ones. Only the
+    last ``window`` points are segmented, but the noise is estimated from the MIN_POINTS_FOR_ESTIMATE to
+    NOISE_WINDOW points before the tail, so pass the history, not just the window.
     """
-    if not min_size <= tail <= 5:
-        raise ValueError(f"tail must be between min_size ({min_size}) and 5, not {tail}")
+    if not min_size <= tail <= MAX_TAIL:
+        raise ValueError(f"tail must be between min_size ({min_size}) and {MAX_TAIL}, not {tail}")
+    if worse not in WORSE:
+        raise ValueError(f"worse must be one of {', '.join(WORSE)}, not {worse!r}")
     x = _as_series(values)
     labels = _as_labels(labels, len(x))
+    settings = _Latest(noise_sd, noise_cv, min_size, tail, window, worse)
+    found = _tail_candidate(x, settings)
+    if found is None:
+        return None
+    start, begin, cut, cleaned = found
+    # a change keeps the index it was first seen at: the location of a small step is uncertain by a point or
+    # two, and the same change must not read as a new one each time its best location moves. Walk back over the
+    # last runs while they saw a change within RELOCATE points of this one
+    first = cut
+    for back in range(1, tail + RELOCATE + 1):
+        earlier = _tail_candidate(x[:-back], settings)
+        if earlier is not None and 0 < abs(earlier[2] - first) <= RELOCATE:
+            first = earlier[2]
+    if first < len(x) - tail or first - begin < min_size:
+        return None  # seen when it was in the tail, and older than the tail now
+    alternative = {"up": "less", "down": "greater", "both": "two-sided"}[worse]
+    change = _compare(x[start:], cleaned, begin - start, first - start, len(x) - start, labels[start:], start, metric,
+                      unit, alternative)
+    if change.p_value >= alpha or abs(change.magnitude) < min_magnitude:
+        return None
+    return change
+
+
+@dataclass(frozen=True)
+class _Latest:
+    """The settings of one detect_latest call, shared with the look-back over the runs before."""
+
+    noise_sd: float | None
+    noise_cv: float | None
+    min_size: int
+    tail: int
+    window: int
+    worse: str
+
+
+def _tail_candidate(x: np.ndarray, settings: _Latest) -> tuple[int, int, int, np.ndarray] | None:
+    """A change of ``x`` in the ``worse`` direction that starts in the tail and clears its threshold: (start of
+    the window, begin of the segment it is tested against, its first point, the window without its spikes).
+    None when there is none (most runs)."""
+    tail, min_size = settings.tail, settings.min_size
     # even with a calibrated sd, phi comes from the history: on fewer points AR(1) wander passes for a change
     # (it was where most false alarms on AR(1) series came from)
     if len(x) - tail < MIN_POINTS_FOR_ESTIMATE:
         return None
     # the noise is a property of the history: the tail under test would inflate it by the very step it holds
-    noise = _noise_for(x[:-tail][-NOISE_WINDOW:], noise_sd, noise_cv, min_size)
+    noise = _noise_for(x[:-tail][-NOISE_WINDOW:], settings.noise_sd, settings.noise_cv, min_size, latest=True)
     if noise.sd == 0.0:
         return None
-    start = max(0, len(x) - window)
-    recent = x[start:]
-    # the new segment is at most `tail` points long, so its mean carries the short-run AR(1) variance
-    cleaned = _drop_spikes(recent, noise.sd, min_size)
-    ends = _segment(cleaned, noise.sd**2 * noise.variance_factor(tail) * LATEST_PENALTY, min_size)
-    # most runs end here: no candidate in the tail, so no test to run (this keeps the per-run check ~0.3 ms)
-    if len(ends) < 2 or ends[-2] < len(recent) - tail:
+    start = max(0, len(x) - settings.window)
+    cleaned = _drop_spikes(x[start:], noise.sd, min_size)
+    n = len(cleaned)
+    # PELT finds where the current level began: the tail is tested against the points since the last change
+    # point before it (an older change was reported while it was in the tail)
+    ends = _segment(cleaned, noise.sd**2 * noise.variance_factor() * SEGMENT_PENALTY, min_size)
+    begin = max([0, *(end for end in ends[:-1] if end < n - tail)])
+    tails = np.arange(min_size, min(tail + LOOKBACK, n - begin - min_size) + 1)
+    if not len(tails):
         return None
-    # the candidate's own z**2 (its l2 cost gain in units of its k-point variance) against its k's threshold
-    cut, begin = ends[-2], (ends[-3] if len(ends) > 2 else 0)
-    before, after = cleaned[begin:cut], cleaned[cut:]
-    gain = len(before) * len(after) / (len(before) + len(after)) * (after.mean() - before.mean()) ** 2
-    threshold = LATEST_PENALTY + SHORT_TAIL * (tail - len(after))
-    if gain < noise.sd**2 * noise.variance_factor(len(after)) * threshold:
+    z = _shift_z(cleaned[begin:], tails, noise)
+    z = {"up": z, "down": -z, "both": np.abs(z)}[settings.worse]
+    # a change seen in fewer points must be larger: the false alarms saved there pay for a lower threshold at
+    # the full tail, where the small steps are found
+    threshold = (
+        LATEST_PENALTY + PHI_PENALTY * noise.phi + SHORT_TAIL * (tail - tails)
+        + (BOTH_WAYS if settings.worse == "both" else 0.0)
+    )
+    margin = np.where(z > 0, z**2, 0.0) - threshold
+    inside = tails <= tail
+    if not np.any(margin[inside] >= 0):
         return None
-    changes = _confirm(recent, cleaned, ends, labels[start:], start, min_magnitude, metric, unit, alpha)
-    if changes and changes[-1].index >= len(x) - tail:
-        return changes[-1]
-    return None
+    # the change must look as if it began in the tail: when a start just before it fits better, it is an older
+    # change (reported when it was new, or too small then) that the tail merely continues
+    if np.any(~inside) and z[~inside].max() > z[inside].max():
+        return None
+    # the change starts where it fits best (its largest z), not where it clears its threshold by the most: a
+    # longer tail has the lower threshold, and would start a clear 4-point step 2 points early at half its size
+    best = int(tails[inside][np.argmax(z[inside])])
+    return start, start + begin, start + n - best, cleaned
+
+
+def _shift_z(segment: np.ndarray, tails: np.ndarray, noise: Noise) -> np.ndarray:
+    """The z of a shift of the last k points of ``segment``, for each k in ``tails``: generalised least squares
+    under AR(1) noise.
+
+    After the Prais-Winsten transform (each point less phi times the one before) the noise is white, and the
+    first point after a step carries the whole step while each later one carries (1 - phi) of it: least squares
+    weighs them so. For phi = 0 this is the difference of the two means over its sd. At phi = 0.5, 6 points
+    carry 3 (delta/sd)**2 this way, where their plain mean carries 2.6 (delta/sd)**2.
+    """
+    m, phi = len(segment), noise.phi
+    white = np.empty(m)
+    white[0] = math.sqrt(1 - phi**2) * segment[0]
+    white[1:] = segment[1:] - phi * segment[:-1]
+    # the whitened columns: the level, and the step of the last k points (1 at its first point, 1 - phi after)
+    level_level = (1 - phi**2) + (m - 1) * (1 - phi) ** 2
+    level_y = math.sqrt(1 - phi**2) * white[0] + (1 - phi) * float(white[1:].sum())
+    after = np.concatenate([np.cumsum(white[::-1])[::-1], [0.0]])  # after[j] = white[j:].sum()
+    first = m - tails
+    step_step = 1 + (tails - 1) * (1 - phi) ** 2
+    step_level = (1 - phi) + (tails - 1) * (1 - phi) ** 2
+    step_y = white[first] + (1 - phi) * after[first + 1]
+    determinant = level_level * step_step - step_level**2
+    shift = (level_level * step_y - step_level * level_y) / determinant
+    # the whitened noise is the innovations
+    sd = noise.innovations * np.sqrt(level_level / determinant)
+    return shift / sd
 
 
 def _confirm(
@@ -240,6 +367,7 @@ def _compare(
     offset: int,
     metric: str,
     unit: str,
+    alternative: str = "two-sided",
 ) -> ChangePoint:
     """Describe the change at ``cut`` between the segments [start, cut) and [cut, end)."""
     before, after = cleaned[start:cut], cleaned[cut:end]
@@ -250,7 +378,7 @@ def _compare(
         magnitude = after_mean / before_mean - 1
     else:
         magnitude = 0.0 if after_mean == 0.0 else math.copysign(math.inf, after_mean)
-    p_value = _mann_whitney(x[start:cut], x[cut:end])
+    p_value = _mann_whitney(x[start:cut], x[cut:end], alternative)
     label = labels[cut]
     name = metric or "value"
     unit_text = f" {unit}" if unit else ""
@@ -271,39 +399,46 @@ def _compare(
     )
 
 
-def _mann_whitney(before: np.ndarray, after: np.ndarray) -> float:
-    """Two-sided Mann-Whitney U p-value; 1.0 when every value is equal (scipy would divide by zero)."""
+def _mann_whitney(before: np.ndarray, after: np.ndarray, alternative: str = "two-sided") -> float:
+    """Mann-Whitney U p-value (``alternative`` as scipy's, "less": before < after); 1.0 when every value is equal
+    (scipy would divide by zero)."""
     if np.all(before == before[0]) and np.all(after == before[0]):
         return 1.0
     from scipy import stats
 
-    return float(stats.mannwhitneyu(before, after, alternative="two-sided").pvalue)
+    return float(stats.mannwhitneyu(before, after, alternative=alternative).pvalue)
 
 
-def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int) -> Noise:
-    """The noise that sets the penalty: the calibrated one when given (phi still comes from the series)."""
+def _noise_for(
+    x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int, latest: bool = False
+) -> Noise:
+    """The noise that sets the penalty: the calibrated one when given (phi still comes from the series).
+
+    ``latest``: for detect_latest's test, which whitens the tail with phi (see the padding constants).
+    """
     if len(x) < 3:
         return Noise(0.0, 0.0)
     estimate = estimate_noise(x, min_size=min_size)
     phi = estimate.phi if len(x) >= MIN_POINTS_FOR_ESTIMATE else 0.0
-    if phi > 1 / math.sqrt(len(x)):
+    if not latest and phi > 1 / math.sqrt(len(x)):
         # clearly autocorrelated: pad phi against its own uncertainty, as the sd below; a phi that may be 0 is
         # left alone so that iid noise does not pay for it in power
         phi = min(phi + PHI_PADDING / math.sqrt(len(x)), MAX_PHI)
+    floor = 1e-9 * max(abs(float(np.median(x))), 1e-12)  # an exactly repeatable metric (bytes) has sd 0
     if noise_sd is not None:
-        sd = float(noise_sd)
-    elif noise_cv is not None:
-        sd = float(noise_cv) * abs(float(np.median(x)))
-    elif len(x) < MIN_POINTS_FOR_ESTIMATE:
+        return Noise(max(float(noise_sd), floor), phi)
+    if noise_cv is not None:
+        return Noise(max(float(noise_cv) * abs(float(np.median(x))), floor), phi)
+    if len(x) < MIN_POINTS_FOR_ESTIMATE:
         return Noise(0.0, 0.0)  # too few points to know the noise: report nothing rather than guess
-    else:
-        # an estimated sd is itself uncertain, the more so on short or autocorrelated histories: pad it so
-        # that those do not over-alarm (most AR(1) false alarms came from the first 50 points without it)
-        effective_points = len(x) * (1 - phi) / (1 + phi)
-        sd = estimate.sd * (1 + SD_PADDING / math.sqrt(effective_points))
-    # an exactly repeatable metric (bytes, counts) has sd 0: keep a floor so the penalty is never 0
-    sd = max(sd, 1e-9 * max(abs(float(np.median(x))), 1e-12))
-    return Noise(sd, phi)
+    # an estimated sd is itself uncertain, the more so on short or autocorrelated histories: pad it so that
+    # those do not over-alarm (most AR(1) false alarms came from the first 50 points without it)
+    if latest:
+        padding = 1 + LATEST_SD_PADDING / len(x)
+        innovations = estimate.innovation_sd * padding if estimate.innovation_sd is not None else None
+        return Noise(max(estimate.sd * padding, floor), phi, innovations)
+    effective_points = len(x) * (1 - phi) / (1 + phi)
+    return Noise(max(estimate.sd * (1 + SD_PADDING / math.sqrt(effective_points)), floor), phi)
 
 
 def _segment(x: np.ndarray, penalty: float, min_size: int) -> list[int]:
@@ -317,11 +452,16 @@ def _segment(x: np.ndarray, penalty: float, min_size: int) -> list[int]:
 
 def _drop_spikes(x: np.ndarray, sd: float, min_size: int) -> np.ndarray:
     """Replace each spike (beyond SPIKE sds of the median of its 2 min_size + 1 neighbours) by that median."""
-    # mode="mirror" so that the last point's window holds it once: a spike there is still replaced,
-    # while a step in the last min_size points moves the median with it and is kept
     from scipy import ndimage
 
-    local = ndimage.median_filter(x, size=2 * min_size + 1, mode="mirror")
+    size = 2 * min_size + 1
+    # mirrored at the start, so that a first point's window holds it once and a spike there is still replaced
+    local = ndimage.median_filter(x, size=size, mode="mirror")
+    if len(x) >= size:
+        # the last min_size points take the median of the last 2 min_size + 1 points: mirrored, two spikes just
+        # before the last point would count twice, make the median and survive (a fifth of the false alarms on
+        # the outlier series); a step beyond SPIKE sds in the last 3 points waits a run, until it holds 4 of 7
+        local[-min_size:] = np.median(x[-size:])
     return np.where(np.abs(x - local) > SPIKE * sd, local, x)
 
 
