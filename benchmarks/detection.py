@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/detection.py                  # 200 series per noise kind, writes docs/detection.md
     .venv/bin/python benchmarks/detection.py --noise-cv 0.03  # the same with the noise given, as calibrate would
     .venv/bin/python benchmarks/detection.py --quick          # 30 series per noise kind, prints only
+    .venv/bin/python benchmarks/detection.py --quick --seed 999 --checks history --constant LATEST_PENALTY=9.5
 
 Each series has 200 points (one per target). A point is one run: its 5 raw samples are
 ``level * (1 + step) * (1 + e_i) * (1 + 0.01 z_ij)``, where ``e_i`` is the run-to-run effect drawn from the noise
@@ -10,14 +11,19 @@ kind (3% CV) and ``z_ij`` is the within-run sample noise; the point's value is t
 Steps of 5% and 10% start at a random index in [20, 180).
 
 - history: online, as in production: after each new point, ``detect_latest`` on the series so far (it
-  segments the last 60 points). An alarm about the same change index as the series' previous alarm is the same
-  alarm (alarms persist until resolved), so it is counted once. Alarms in both directions count.
+  segments the last 60 points), one-sided (``worse="up"``), as a timing alarm is. An alarm about the same change
+  index as the series' previous alarm is the same alarm (alarms persist until resolved), so it is counted once;
+  one whose index moved counts again.
+- history-both: the same with ``worse="both"``, which reports changes either way (curves with no direction).
 - pairwise: the DESIGN timing check between consecutive points: point i against point i-1 is an alarm when
   median_i / median_{i-1} > 1.10 and a one-sided Mann-Whitney U on the 5 vs 5 raw samples gives p < 0.05.
+- offline: ``detect_changes`` on each whole series.
+- bound: the best one-sided tail test there is, with the noise known (see bound_alarms).
 
-A step is found when an alarm is raised at a point t with step <= t <= step + 5; the delay is t - step of the
-first such alarm. False alarms per 1,000 points: every alarm on the A/A series, and on the step series every
-alarm outside [step, step + 5] (per point outside that span).
+A step is found when an alarm saying "slower" is raised at a point t with step <= t <= step + 5; the delay is
+t - step of the first such alarm. False alarms per 1,000 points: every alarm on the A/A series, and on the step
+series every alarm outside [step, step + 5] (per point outside that span); "late" counts those of them in the
+10 points after that span, which are mostly the step itself, found late or re-located by more than 2 points.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ WITHIN_RUN_CV = 0.01
 EDGE = 20  # no step within the first or last EDGE points
 FOUND_WITHIN = 5
 LOCATED_WITHIN = 2  # offline: a change point this close to the step locates it
+LATE = 10  # a false alarm this many points after the span where a step counts as found is "late"
 WINDOW = 60
 PAIRWISE_FACTOR = 1.10
 PAIRWISE_ALPHA = 0.05
@@ -123,6 +130,7 @@ class Tally:
     aa_points: int = 0
     step_slower: int = 0
     step_either: int = 0
+    step_late: int = 0
     step_points: int = 0
     found: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
     steps: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STEPS, 0))
@@ -150,12 +158,13 @@ class Tally:
             outside = [slower for t, slower in alarms if not step_at <= t <= step_at + FOUND_WITHIN]
             self.step_slower += sum(outside)
             self.step_either += len(outside)
+            self.step_late += sum(step_at + FOUND_WITHIN < t <= step_at + FOUND_WITHIN + LATE for t, _ in alarms)
             self.step_points += POINTS - (FOUND_WITHIN + 1)
 
     def add(self, other: Tally) -> None:
         """Fold another tally into this one."""
         for name in (
-            "aa_slower", "aa_either", "aa_points", "step_slower", "step_either", "step_points",
+            "aa_slower", "aa_either", "aa_points", "step_slower", "step_either", "step_late", "step_points",
             "aa_series_changed", "other_changes",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -172,15 +181,16 @@ class Tally:
 CHECKS = ("history", "history-both", "pairwise", "offline", "bound")
 ONLINE = {"history": "up", "history-both": "both"}
 
-Job = tuple[str, np.random.SeedSequence, float | None, dict[str, float | int], tuple[str, ...]]
+Job = tuple[str, np.random.SeedSequence, float | None, dict[str, float | int], tuple[str, ...], float]
 
 
-def bound_alarms(values: np.ndarray, kind: str, stop: int) -> list[tuple[int, bool]]:
+def bound_alarms(values: np.ndarray, kind: str, stop: int, penalty: float) -> list[tuple[int, bool]]:
     """(point, slower?) of each alarm of the best one-sided tail test, up to point ``stop``: the noise sd and phi
     are the true ones, there are no outliers to clean, and the whole window before the tail is the baseline.
 
-    It tests the last 3 to 6 points with detect_latest's own z (least squares under AR(1)) and thresholds, so it
-    shows what the noise itself allows at those thresholds, with nothing lost to estimating it.
+    It tests the last 3 to 6 points with detect_latest's own z (least squares under AR(1)) against ``penalty``
+    plus SHORT_TAIL per missing point, so it shows what the noise itself allows at about the same false alarms,
+    with nothing lost to estimating the noise.
     """
     # the sd of one point: the run-to-run 3% and the median of 5 samples at 1% (its variance is 0.287 sd**2)
     noise = history.Noise(math.sqrt(CV**2 + 0.287 * WITHIN_RUN_CV**2), 0.5 if kind == "ar1" else 0.0)
@@ -189,8 +199,8 @@ def bound_alarms(values: np.ndarray, kind: str, stop: int) -> list[tuple[int, bo
     for t in range(history.MIN_POINTS_FOR_ESTIMATE + history.MAX_TAIL, stop):
         recent = values[max(0, t + 1 - WINDOW): t + 1]
         for k in range(history.MAX_TAIL, 2, -1):
-            z = history._shift_z(recent, k, noise)
-            if z > 0 and z**2 >= history.LATEST_PENALTY + history.SHORT_TAIL * (history.MAX_TAIL - k):
+            z = float(history._shift_z(recent, np.array([k]), noise)[0])
+            if z > 0 and z**2 >= penalty + history.SHORT_TAIL * (history.MAX_TAIL - k):
                 if t + 1 - k != last_index:
                     alarms.append((t, True))
                     last_index = t + 1 - k
@@ -200,7 +210,7 @@ def bound_alarms(values: np.ndarray, kind: str, stop: int) -> list[tuple[int, bo
 
 def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
     """Run the checks on one A/A series and one series per step size, all from one seed."""
-    kind, seed, noise_cv, constants, checks = job
+    kind, seed, noise_cv, constants, checks, bound_penalty = job
     for name, value in constants.items():
         setattr(history, name, value)
     rng = np.random.default_rng(seed)
@@ -222,7 +232,7 @@ def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
             if name == "bound":
                 if kind == "outliers":
                     continue  # its sd knows nothing of outliers: it would alarm on every spike
-                alarms = bound_alarms(values, kind, min(POINTS, step_at + FOUND_WITHIN + 1))
+                alarms = bound_alarms(values, kind, min(POINTS, step_at + FOUND_WITHIN + 1), bound_penalty)
             elif name == "pairwise":
                 alarms = pairwise_alarms(samples)
             else:
@@ -232,12 +242,13 @@ def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
 
 
 def run(
-    series: int, noise_cv: float | None, workers: int, constants: dict[str, float | int], seed: int, checks: tuple[str, ...]
+    series: int, noise_cv: float | None, workers: int, constants: dict[str, float | int], seed: int,
+    checks: tuple[str, ...], bound_penalty: float = 10.0,
 ) -> dict[str, dict[str, Tally]]:
     """Evaluate ``series`` seeded series per noise kind; returns kind -> check -> tally, and "all" pooled."""
     seeds = np.random.SeedSequence(seed).spawn(len(NOISE_KINDS) * series)
     jobs = [
-        (kind, seeds[k * series + i], noise_cv, constants, checks)
+        (kind, seeds[k * series + i], noise_cv, constants, checks, bound_penalty)
         for k, kind in enumerate(NOISE_KINDS)
         for i in range(series)
     ]
@@ -259,7 +270,7 @@ def table(results: dict[str, dict[str, Tally]]) -> str:
     """The online figures as a markdown table."""
     lines = [
         "| noise | check | false alarms / 1,000 pts, A/A: slower (either way) "
-        "| false alarms / 1,000 pts, step series: slower (either way) "
+        "| false alarms / 1,000 pts, step series: slower (either way), late "
         "| 5% steps found ≤5 pts | median delay | 10% steps found ≤5 pts | median delay |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -271,8 +282,8 @@ def table(results: dict[str, dict[str, Tally]]) -> str:
                 kind,
                 name,
                 f"{rate(t.aa_slower, t.aa_points)} ({rate(t.aa_either, t.aa_points)})",
-                f"{rate(t.step_slower, t.step_points)} ({rate(t.step_either, t.step_points)})"
-                if t.step_points else "–",
+                f"{rate(t.step_slower, t.step_points)} ({rate(t.step_either, t.step_points)}), "
+                f"{rate(t.step_late, t.step_points)}" if t.step_points else "–",
             ]
             for s in STEPS:
                 cells.append(f"{100 * t.found[s] / t.steps[s]:.0f}%")
@@ -363,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="write docs/detection.md even with --quick")
     parser.add_argument("--seed", type=int, default=SEED, help="calibrate on another seed than the one reported")
     parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)}")
+    parser.add_argument("--bound-penalty", type=float, default=10.0,
+                        help="the known-noise bound's z**2 threshold at 6 points (10: about the check's false alarms)")
     parser.add_argument("--constant", type=constant, action="append", default=[], metavar="NAME=VALUE",
                         help=f"set a constant of the history check, to calibrate it ({', '.join(TUNABLE)})")
     args = parser.parse_args(argv)
@@ -374,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     series = args.series or (30 if args.quick else 200)
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    results = run(series, args.noise_cv, args.workers, constants, args.seed, checks)
+    results = run(series, args.noise_cv, args.workers, constants, args.seed, checks, args.bound_penalty)
     elapsed = time.perf_counter() - started
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + time.process_time()
     command = "python benchmarks/detection.py " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -385,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{elapsed:.0f} s, {cpu:.0f} s of CPU. `{command.strip()}` ({series} series of {POINTS} points per noise "
         f"kind and step size, {noise}, seed {args.seed}; "
         + ", ".join(f"{name} {value:g}" for name, value in constants.items())
+        + (f"; bound at {args.bound_penalty:g}" if "bound" in checks else "")
         + ")."
     )
     text = f"{header}\n\nOnline (`detect_latest` after each point) against the pairwise check:\n\n{table(results)}"
