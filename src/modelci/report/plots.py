@@ -40,9 +40,10 @@ class ChangeFinder:
     """`detect_changes` for the trend plots, with a noise floor and a time budget for the whole site.
 
     A noise-free series (a deterministic final loss, exact RSS) has an estimated noise of 0, so every tiny drift
-    is "significant": detect_changes then confirms dozens of candidates one by one and takes tens of seconds on
-    500 points. A floor of FLOOR_CV of the series median keeps such series to the changes worth a marker; the
-    budget stops detection (the page says so) rather than let one odd series blow the 15 s limit.
+    is "significant", and a trend plot would get a marker at every tiny drift (confirming them took seconds on
+    500 points before detect_changes re-tested only the neighbours of a dropped one). A floor of FLOOR_CV of the
+    series median keeps such series to the changes worth a marker; the budget stops detection (the page says
+    so) rather than let one odd series blow the 15 s limit.
     """
 
     FLOOR_CV = 0.005
