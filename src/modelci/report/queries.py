@@ -281,48 +281,19 @@ def environments(store: Any, ids: set[str] | None = None) -> dict[str, dict[str,
 
 def lock_diff(before: str, after: str) -> list[dict[str, str]]:
     """Packages added, removed or changed between two locks ("name==version" lines), by name."""
-    from modelci import envs
+    from modelci.envs.diff import diff_locks
 
-    # envs owns the diff (issue 4); this fallback keeps the dashboard working with an envs that lacks it
-    diff = getattr(envs, "diff_locks", None)
-    if callable(diff):
-        return diff(before, after)
-    from modelci.envs.fingerprint import parse_lock
-
-    old, new = parse_lock(before), parse_lock(after)
-    changes = []
-    for name in sorted(set(old) | set(new)):
-        if old.get(name) != new.get(name):
-            change = "added" if name not in old else "removed" if name not in new else "changed"
-            changes.append({"name": name, "change": change, "before": old.get(name, ""), "after": new.get(name, ""),
-                            "bump": ""})
-    return changes
+    return diff_locks(before, after)
 
 
 def environment_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list]:
     """Packages and fingerprint fields that differ between two environments (rows of `environments`)."""
-    try:
-        from modelci.envs.diff import diff
-    except ImportError:
-        diff = None
-    if diff is not None:
-        found = diff(before.get("id", ""), before.get("lock") or "", before.get("fingerprint") or {},
-                     after.get("id", ""), after.get("lock") or "", after.get("fingerprint") or {})
-        return {"packages": [p.to_json() for p in found.packages],
-                "fingerprint": [(f.field, _text(f.before), _text(f.after)) for f in found.fingerprint]}
-    old, new = _flatten(before.get("fingerprint") or {}), _flatten(after.get("fingerprint") or {})
-    return {"packages": lock_diff(before.get("lock") or "", after.get("lock") or ""),
-            "fingerprint": [(key, _text(old.get(key)), _text(new.get(key))) for key in sorted(set(old) | set(new))
-                            if key != "schema" and old.get(key) != new.get(key)]}
+    from modelci.envs.diff import diff
 
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return flat
-    return {prefix: value}
+    found = diff(before.get("id", ""), before.get("lock") or "", before.get("fingerprint") or {},
+                 after.get("id", ""), after.get("lock") or "", after.get("fingerprint") or {})
+    return {"packages": [p.to_json() for p in found.packages],
+            "fingerprint": [(f.field, _text(f.before), _text(f.after)) for f in found.fingerprint]}
 
 
 def _text(value: Any) -> str:
