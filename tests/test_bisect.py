@@ -18,7 +18,6 @@ import math
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 from fakerepo import FakeRepo, broken_pyproject, fakefw_source, offline_environment, write_project, write_suite

@@ -63,7 +63,7 @@ class EnvSpec:
         """The canonical spec; local wheel files are included by content, so a rebuilt wheel gets a new id."""
         # constraint files too: editing one must not hand out an environment built under the old text
         local = [*self.requirements, *self.index.constraints]
-        files = {path: _sha256_file(path) for path in local if os.path.isfile(path)}
+        files = {path: sha256_file(path) for path in local if os.path.isfile(path)}
         spec = {
             "schema": SPEC_SCHEMA,
             "requirements": list(self.requirements),
@@ -89,7 +89,7 @@ class EnvSpec:
             if req.endswith(".whl") and os.path.isfile(req):
                 name, version, _, _ = parse_wheel_filename(os.path.basename(req))
                 wheels.append({"name": normalize(str(name)), "version": str(version), "path": req,
-                               "sha256": _sha256_file(req)})
+                               "sha256": sha256_file(req)})
         return {"requested": list(self.requirements), "wheels": wheels, "constraints": _files(self.index.constraints)}
 
 
@@ -249,7 +249,7 @@ def _sync(uv: str, python: Path, spec: EnvSpec, path: Path, env_id: str, cache_d
     folders = []
     for wheel in spec.lock.wheels:
         where = str(wheel.get("path", ""))
-        if os.path.isfile(where) and _sha256_file(where) == wheel.get("sha256"):
+        if os.path.isfile(where) and sha256_file(where) == wheel.get("sha256"):
             folders.append(os.path.dirname(where))
     index = dataclasses.replace(spec.index, find_links=[*spec.index.find_links, *dict.fromkeys(folders)])
     proc = _run_uv(uv, ["pip", "sync", "--compile-bytecode", "--python", str(python), *index.uv_args(), str(pins)], cache_dir)
@@ -365,7 +365,7 @@ def _usable_cpus() -> int | None:
 
 
 def _files(paths: list[str]) -> list[dict]:
-    return [{"path": p, "sha256": _sha256_file(p) if os.path.isfile(p) else ""} for p in paths]
+    return [{"path": p, "sha256": sha256_file(p) if os.path.isfile(p) else ""} for p in paths]
 
 
 def _env_python(path: Path) -> Path:
@@ -377,7 +377,8 @@ def _absolute_if_path(req: str) -> str:
     return os.path.abspath(req) if looks_like_path and os.path.exists(req) else req
 
 
-def _sha256_file(path: str) -> str:
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks (wheels are large)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

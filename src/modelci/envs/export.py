@@ -9,7 +9,6 @@ so the bundle needs nothing but modelci and the package index.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import shutil
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelci.envs.build import find_uv
+from modelci.envs.build import find_uv, sha256_file
 from modelci.envs.refs import BUNDLE_FINGERPRINT, BUNDLE_LOCK, EnvRecord
 from modelci.errors import UserError
 from modelci.workload.child import code_hash
@@ -148,7 +147,7 @@ def _copy_wheels(lock: Any, out: Path, run: dict[str, Any], notes: list[str]) ->
     target_arg = lock.target
     for wheel in lock.wheels:
         source = Path(str(wheel.get("path", "")))
-        if not source.is_file() or _sha256(source) != wheel.get("sha256"):
+        if not source.is_file() or sha256_file(source) != wheel.get("sha256"):
             notes.append(f"wheel {source} is gone or changed since the run: the bundle relies on the package index "
                          f"for {wheel.get('name')} {wheel.get('version')}")
             continue
@@ -205,9 +204,3 @@ def _uv_version() -> str:
     return parts[1] if proc.returncode == 0 and len(parts) > 1 else "0.5"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
