@@ -14,6 +14,7 @@ Convention for workloads that rely on the built-in formats:
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import warnings
@@ -30,6 +31,12 @@ from modelci.workload.frameworks import PythonHelper
 _MIN_VERSION = {"torch_export": (2, 1)}
 #: whether this process has run TorchHelper.warm_up (a forked child inherits True from its worker)
 _WARMED = False
+#: modules torch imports on first use, that each forked child imported again (issue 9): the profiler's CUPTI
+#: monitor (every `optimizer.zero_grad()` opens a `record_function`), and the sympy modules that sympy's `Add`
+#: and `log` import on their first evaluation (torch.export's shape arithmetic; `log` comes from a derivative
+#: in its range analysis of conv and pool shapes); 0.02 s per workload. tests/test_zoo_torch.py checks that
+#: no zoo model imports anything more after the warm-up.
+_LAZY_MODULES = ("torch.profiler._cupti_monitor", "sympy.tensor.tensor", "sympy.sets.setexpr")
 
 
 def _version_tuple(version: str) -> tuple[int, int]:
@@ -100,25 +107,36 @@ class TorchHelper(PythonHelper):
         torch.backends.cudnn.benchmark = False
 
     def warm_up(self) -> None:
-        """Export a tiny fixed model once per process (torch.export into memory), when this torch has it.
+        """Once per process, pay torch's first-use costs that every workload would pay again: save a tiny fixed
+        model in every format (state_dict, TorchScript trace, torch.export; into memory), and import the modules
+        torch imports lazily on a workload's first optimizer step and first symbolic shape arithmetic.
 
-        The first torch.export in a process imports 400 more modules and fills caches: 0.3-0.5 s more than a
-        later one, paid again by every forked child (issue 9). Paid here, in the worker, the forked children
-        inherit it; a spawned child pays it in its own prologue, so both start from the same state and their
-        peak memory still compares. The price is a fixed 27 MiB on the peak RSS of a workload that never
-        exports (docs/overhead.md). TorchScript is left out: it added 10 MiB for 0.02 s per workload. Under
-        fork_rng, so the seeded generators are as they were.
+        Paid here, in the worker, the forked children inherit them (issue 9); a spawned child pays them in its
+        own prologue, so both start from the same state and their peak memory still compares. The first
+        torch.export in a process imports 400 more modules, the first trace and the lazy modules another 0.03 s
+        per workload on zoo:torch. The price is a fixed 40 MiB on the peak RSS of a workload that saves nothing
+        (docs/overhead.md). The set is fixed here, never learned from the workloads that ran before, so a
+        child's starting state depends on the framework alone. Under fork_rng, so the seeded generators are as
+        they were.
         """
         global _WARMED
         if _WARMED:
             return
         _WARMED = True
-        if self.supports("torch_export") is not None:
-            return
+        for name in _LAZY_MODULES:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # another torch or sympy: nothing to pay for in advance
+                pass
+        example = (torch.ones(1, 2),)
         try:
             with torch.random.fork_rng(devices=[]), torch.no_grad(), _quiet_torch_warnings():
                 model = torch.nn.Linear(2, 2).eval()
-                torch.export.save(torch.export.export(model, (torch.ones(1, 2),)), io.BytesIO())
+                torch.save(model.state_dict(), io.BytesIO())
+                if self.supports("torchscript") is None:
+                    torch.jit.save(torch.jit.trace(model, example), io.BytesIO())
+                if self.supports("torch_export") is None:
+                    torch.export.save(torch.export.export(model, example), io.BytesIO())
         except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing the workload could see
             pass
 
