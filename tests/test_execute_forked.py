@@ -226,10 +226,35 @@ def test_run_outcome_times_the_harness_steps(fake_project):
     started = time.perf_counter()
     outcome = workflow.run(cfg, str(fake_project.v10), [str(fake_project.suite)], "Stable")
     wall = time.perf_counter() - started
-    steps = ("environment", "discovery", "execute", "ingest", "checks", "worker_start")
+    steps = ("environment", "store", "discovery", "execute", "ingest", "checks", "worker_start")
     assert set(steps) <= set(outcome.timings)
     assert all(outcome.timings[s] >= 0 for s in steps)
     assert sum(outcome.timings[s] for s in steps if s != "worker_start") <= wall
+
+
+def test_start_launches_the_worker_without_waiting_and_close_stops_one_still_importing(tmp_path):
+    suite = tmp_path / "tiny"
+    suite.mkdir()
+    (suite / "tiny0.py").write_text(TINY_SUITE.format(n=0))
+    suites = {"tiny": suite}
+
+    with forked.Executor(Path(sys.executable), tmp_path / "used", isolation="fork", threads=1) as executor:
+        (tmp_path / "used").mkdir()
+        executor.start(suites)
+        worker = executor.worker
+        assert worker is not None and worker.ready is None  # launched, not waited for
+        found = executor.discover(suites)
+        assert executor.worker is worker and worker.ready["event"] == "ready"
+        result = executor.run_workload(suites, WorkloadInfo.from_json(found["workloads"][0]), timeout=120)
+        assert result.status == "ok" and result.info["isolation"] == "fork"
+    assert worker.proc.returncode == 0  # told to end (EOF), it ended by itself
+
+    (tmp_path / "dropped").mkdir()
+    executor = forked.Executor(Path(sys.executable), tmp_path / "dropped", isolation="fork", threads=1)
+    executor.start(suites)
+    worker = executor.worker
+    executor.close()  # e.g. the store would not open: the worker is killed, not waited for
+    assert worker.proc.returncode == -signal.SIGKILL and executor.worker is None
 
 
 def torch_env(tmp_path: Path, monkeypatch):

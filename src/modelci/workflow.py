@@ -14,21 +14,24 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import modelci
-from modelci import builds, calibrate, checks, compat, envs, targets
-from modelci.alarms import hooks as alarm_hooks
+from modelci import builds, checks, envs, targets
 from modelci.config import Config
 from modelci.errors import UserError
 from modelci.execute import forked, local
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
-from modelci.store import Store
-from modelci.store.schema import utcnow
+
+if TYPE_CHECKING:
+    from modelci.store import Store
+
+# The store, and what reads it (calibrate, compat, the alarm step), are imported where they are used: SQLAlchemy
+# and the rest take 0.5 s, which `run` spends while its worker imports the framework (issue 9).
 
 ZOO = Path(modelci.__file__).resolve().parent / "zoo"
 #: the distributions that a workload's `framework` implies, when the target does not already provide them;
@@ -212,18 +215,25 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     suites = resolve_suites(suite_specs, config.root)
     locked = envs.lockfile.read(lock) if lock else None
     target = targets.resolve(target_spec or envs.locked_target(locked), cache_dir=config.cache_dir)
-    store = Store.from_config(config)
-    store.artifacts.check_writable()  # a read-only store refuses the run before it starts, not after (issue 6)
+    if config.values.get("artifacts_readonly"):  # refused before the run starts, not after it (issue 6)
+        _open_store(config)
     progress.note(f"target {target.spec}: preparing the environment")
     timings: dict[str, float] = {}
     try:
         with _timed(timings, "environment"):
             env = environment_for(config, target, log=progress.note, lock=locked)
     except builds.BuildError as exc:  # a commit that does not build gives error results, not a stopped run
-        return builds.failed_outcome(config, store, target, exc, suites, suite_specs, pattern, command)
+        return builds.failed_outcome(config, _open_store(config), target, exc, suites, suite_specs, pattern, command)
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root(config)))
     executor = _executor(config, env, scratch)
     try:
+        # the worker imports the framework while this process opens the store and imports the later steps
+        executor.start(suites)
+        with _timed(timings, "store"):
+            store = _open_store(config)
+            from modelci import compat
+            from modelci.alarms import hooks as alarm_hooks
+            from modelci.store.schema import utcnow
         with _timed(timings, "discovery"):
             found = executor.discover(suites)
         workloads, errors = select(found, pattern)
@@ -273,6 +283,15 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     finally:
         executor.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _open_store(config: Config) -> Store:
+    """The history store, refusing one opened read-only: a run must be able to store what it measures."""
+    from modelci.store import Store
+
+    store = Store.from_config(config)
+    store.artifacts.check_writable()
+    return store
 
 
 @contextmanager
@@ -343,6 +362,8 @@ def measured_with(config: Config) -> dict[str, int]:
 
 def policy_for(config: Config, store: Store, workload: str) -> Any:
     """The metric -> Policy function of one workload: config settings, floored by its calibrated noise."""
+    from modelci import calibrate
+
     return calibrate.with_noise(config.policy_for(workload), calibrate.profile(store, config.runner, workload))
 
 
@@ -393,7 +414,7 @@ def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pa
     side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
     side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
     baselines = {r.workload: r for r in side_a.results}
-    store = Store.from_config(config)
+    store = _open_store(config)
     comparisons = []
     for result in side_b.results:
         baseline = baselines.get(result.workload)

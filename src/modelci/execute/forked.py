@@ -71,15 +71,24 @@ class Worker:
             self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          start_new_session=True)
         self._buffer = b""
-        try:
-            ready = self.receive(time.monotonic() + timeout)
-        except BaseException:
-            self.kill()
-            raise
-        if ready is None or ready.get("event") != "ready":
-            self.kill()
-            raise WorkerDied(f"no ready message within {timeout:g} s" + self._log_tail())
-        self.ready: dict[str, Any] = ready
+        self.timeout = timeout
+        #: the worker's "ready" message, once `wait_ready` has read it
+        self.ready: dict[str, Any] | None = None
+
+    def wait_ready(self) -> dict[str, Any]:
+        """The worker's "ready" message, waiting for it (the frameworks' import) the first time; a worker that
+        sends none within its timeout is killed and raises WorkerDied."""
+        if self.ready is None:
+            try:
+                ready = self.receive(time.monotonic() + self.timeout)
+            except BaseException:
+                self.kill()
+                raise
+            if ready is None or ready.get("event") != "ready":
+                self.kill()
+                raise WorkerDied(f"no ready message within {self.timeout:g} s" + self._log_tail())
+            self.ready = ready
+        return self.ready
 
     @property
     def pid(self) -> int:
@@ -170,7 +179,8 @@ class ForkOutcome:
 class Executor:
     """Runs the workloads of one environment, forked from a warm worker or (fallback) in fresh processes.
 
-    The worker starts on first use and `close()` stops it; use the executor as a context manager.
+    The worker starts on first use, or earlier with `start`, and `close()` stops it; use the executor as a
+    context manager.
     """
 
     def __init__(self, python: Path, scratch: Path, *, seed: int = 0, threads: int = 0, isolation: str = "fork",
@@ -189,6 +199,7 @@ class Executor:
         #: the process id of the last forked child (it is its own process group)
         self.child_pid: int | None = None
         self.suite_folders: list[Path] = []
+        self._launched = 0.0
         #: seconds spent starting workers (process start plus the frameworks' import)
         self.timings: dict[str, float] = {"worker_start": 0.0}
 
@@ -207,7 +218,10 @@ class Executor:
         """Stop the worker, if one runs."""
         if self.worker is not None:
             worker, self.worker = self.worker, None
-            worker.close()
+            if worker.ready is None:  # still importing: nothing to finish, and no reason to wait for it
+                worker.kill()
+            else:
+                worker.close()
 
     # -- the steps the workflow calls ------------------------------------------------------------------
 
@@ -275,25 +289,44 @@ class Executor:
     def _env(self) -> dict[str, str]:
         return local.child_env(local.shim_dir(self.scratch), self.seed, self.threads)
 
-    def _worker(self) -> Worker | None:
-        """The running worker, started now if needed; None (with `reason` set) when none can run."""
-        if self.worker is not None or self.reason:
-            return self.worker
+    def start(self, suites: dict[str, Path]) -> None:
+        """Start the worker for these suites now, without waiting for it: it imports the frameworks while the
+        caller does its own work (issue 9: the harness imports its store and checks meanwhile). Discovery and
+        the first workload wait for it to be ready. Nothing happens when the executor spawns."""
+        self.suite_folders = list(suites.values())
+        if self.worker is None and not self.reason:
+            self._launch()
+
+    def _launch(self) -> None:
         start = time.monotonic()
         log = self.scratch / f"worker-{self.deaths}.log"
+        self.worker = Worker(self.python, self._env(), log, self.suite_folders, ["modelci.workload.child"],
+                             self.start_timeout)
+        self._launched = start
+
+    def _worker(self) -> Worker | None:
+        """The running worker, started now if needed and ready; None (with `reason` set) when none can run."""
+        if self.reason:
+            return self.worker
+        if self.worker is None:
+            self._launch()
+        worker = self.worker
+        if worker.ready is not None:
+            return worker
         try:
-            worker = Worker(self.python, self._env(), log, self.suite_folders, ["modelci.workload.child"],
-                            self.start_timeout)
+            ready = worker.wait_ready()
         except WorkerDied as exc:
+            self.worker = None
             self.reason = f"the worker did not start: {exc}"
             return None
         finally:
-            self.timings["worker_start"] += time.monotonic() - start
-        if worker.ready.get("unsafe"):
-            self.reason = worker.ready["unsafe"]
+            # from its launch: with `start`, part of that time overlapped the caller's own work
+            self.timings["worker_start"] += time.monotonic() - self._launched
+        if ready.get("unsafe"):
+            self.reason = ready["unsafe"]
+            self.worker = None
             worker.close()
             return None
-        self.worker = worker
         return worker
 
     def _fork(self, module: str, argv: list[str], log_dir: Path, timeout: float | None, framework: str = "",
