@@ -405,3 +405,22 @@ def test_what_pip_installs_here_uv_installs_too(tmp_path):
     env = ensure(EnvSpec(["six"], index=IndexConfig.from_pip()), tmp_path / "cache", log=lambda line: None)
     assert installed_version(env, "six") is not None
     assert run_in(env.python, "import six").returncode == 0
+
+
+def test_prefetched_pip_config_is_the_one_read_later(monkeypatch, tmp_path):
+    """`prefetch` starts `pip config list` early; `from_pip` reads that answer instead of asking again, and
+    sees what it would have seen without it (issue 9)."""
+    from modelci.envs import pipconfig
+
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nextra-index-url = file:///prefetched/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.setattr(pipconfig, "_PIP_CONFIG_CACHE", {})
+    monkeypatch.setattr(pipconfig, "_PENDING", {})
+    pipconfig.prefetch()
+    assert len(pipconfig._PENDING) == 1
+    prefetched = IndexConfig.from_pip()
+    assert pipconfig._PENDING == {}
+    assert "file:///prefetched/simple" in prefetched.extra_index_urls
+    pipconfig._PIP_CONFIG_CACHE.clear()
+    assert IndexConfig.from_pip() == prefetched

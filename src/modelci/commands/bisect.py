@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
 
 def main(args, cfg) -> int:
     """Run the bisect, print each probe and the verdict, write the JSON report."""
+    from modelci.envs import pipconfig
+
+    pipconfig.prefetch()  # pip answers while the imports below run
     from modelci import envs, workflow
     from modelci.bisect import bisect, releases
     from modelci.errors import UserError

@@ -15,6 +15,9 @@ def add_parser(sub) -> None:
 
 def main(args, cfg) -> int:
     """Calibrate and print the noise table; exit 1 when a workload failed in any run."""
+    from modelci.envs import pipconfig
+
+    pipconfig.prefetch()  # pip answers while the imports below run
     from modelci import calibrate, workflow
     from modelci.report import console as views
 

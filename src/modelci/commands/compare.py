@@ -22,6 +22,9 @@ def add_parser(sub) -> None:
 
 def main(args, cfg) -> int:
     """Compare, print one table, write the JSON report; exit 1 when B regresses against A."""
+    from modelci.envs import pipconfig
+
+    pipconfig.prefetch()  # pip answers while the imports below run
     from modelci import workflow
     from modelci.report import console as views
     from modelci.report import json_report

@@ -62,6 +62,9 @@ def target_spec(args) -> str | None:
 def main(args, cfg) -> int:
     """Run, print the summary, write the JSON report; exit 1 on a regression or a failed workload. With
     --bisect-on-alarm, then bisect the alarms the run opened (the exit code stays the run's)."""
+    from modelci.envs import pipconfig
+
+    pipconfig.prefetch()  # pip answers while the imports below run
     from modelci import workflow
     from modelci.report import console as views
     from modelci.report import json_report

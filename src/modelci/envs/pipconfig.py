@@ -100,39 +100,64 @@ class IndexConfig:
         }
 
 
+def prefetch(python: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+    """Start `pip config list` now, in the background, for `IndexConfig.from_pip` with the same arguments to
+    read later. A command that will build or find an environment calls this first: pip takes 0.15 s to answer,
+    which then passes while the command imports what it needs (issue 9)."""
+    python, environ = python or sys.executable, os.environ if environ is None else environ
+    key = _key(python, environ)
+    if key not in _PIP_CONFIG_CACHE and key not in _PENDING:
+        _PENDING[key] = _start_pip_config_list(python, environ)
+
+
+def _key(python: str, environ: Mapping[str, str]) -> tuple:
+    relevant = tuple(sorted((k, v) for k, v in environ.items()
+                            if k.startswith(("PIP_", "VIRTUAL_ENV", "XDG_CONFIG")) or k == "HOME"))
+    return python, relevant
+
+
 def _pip_config_list(python: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """Run `pip config list` and merge its sections by pip's precedence; {} when pip cannot be run.
+    """Run `pip config list` (or read the answer `prefetch` asked for) and merge its sections by pip's
+    precedence; {} when pip cannot be run.
 
     The answer is kept per interpreter and pip-related variables: starting pip costs about a second, and a
     bisect asks once per probe.
     """
-    relevant = tuple(sorted((k, v) for k, v in environ.items()
-                            if k.startswith(("PIP_", "VIRTUAL_ENV", "XDG_CONFIG")) or k == "HOME"))
-    key = (python, relevant)
+    key = _key(python, environ)
     if key not in _PIP_CONFIG_CACHE:
-        _PIP_CONFIG_CACHE[key] = _run_pip_config_list(python, environ)
+        pending = _PENDING.pop(key, None)
+        if pending is None:
+            pending = _start_pip_config_list(python, environ)
+        _PIP_CONFIG_CACHE[key] = _answer(pending)
     return dict(_PIP_CONFIG_CACHE[key])
 
 
 #: (interpreter, pip-related variables) -> what `pip config list` said; the files it reads do not change
 #: while one modelci command runs
 _PIP_CONFIG_CACHE: dict[tuple, dict[str, str]] = {}
+#: the same key -> a `pip config list` started by `prefetch` and not read yet
+_PENDING: dict[tuple, subprocess.Popen | None] = {}
 
 
-def _run_pip_config_list(python: str, environ: Mapping[str, str]) -> dict[str, str]:
+def _start_pip_config_list(python: str, environ: Mapping[str, str]) -> subprocess.Popen | None:
     try:
-        proc = subprocess.run(
-            [python, "-m", "pip", "config", "list"],
-            capture_output=True,
-            text=True,
-            env=dict(environ),
-            timeout=120,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.Popen([python, "-m", "pip", "config", "list"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=dict(environ))
+    except OSError:
+        return None
+
+
+def _answer(proc: subprocess.Popen | None) -> dict[str, str]:
+    """What a `pip config list` process printed, parsed; {} when it failed or took longer than 120 s."""
+    if proc is None:
         return {}
-    if proc.returncode != 0:
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return {}
-    return parse_pip_config_list(proc.stdout)
+    return parse_pip_config_list(out) if proc.returncode == 0 else {}
 
 
 def parse_pip_config_list(text: str) -> dict[str, str]:
