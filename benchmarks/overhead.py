@@ -9,7 +9,7 @@ Each round runs, one after the other on the same machine:
   in the same environment, with the same thread variables; a `devices = 2` workload forks its second rank
   after seeding, as `modelci run` does (a fresh process when the script runs threads by then);
 - fork / spawn: the real `modelci -q run --target torch==2.13.0 --suite zoo:torch` in a subprocess, with
-  `isolation` set through MODELCI_ISOLATION. `workflow.run` is wrapped only to write its `timings`.
+  `isolation` set through MODELCI_ISOLATION. The harness steps' seconds come from its `--json` report.
 
 Reported: the median wall time of each, the ratio modelci/plain (median of the per-round ratios), and where
 the difference goes: per harness step (RunOutcome.timings) and per workload (result duration against the
@@ -142,22 +142,6 @@ def free_port() -> int:
 
 # -- the harness side -----------------------------------------------------------------------------------------
 
-WRAPPER = """
-import json, sys
-from modelci import cli, workflow
-original = workflow.run
-def run(*args, **kwargs):
-    outcome = original(*args, **kwargs)
-    with open({path!r}, "w") as fh:
-        results = {{r.workload: {{"duration": r.duration, "status": r.status, "isolation": r.info.get("isolation", "")}}
-                   for r in outcome.results}}
-        json.dump({{"timings": outcome.timings, "results": results}}, fh)
-    return outcome
-workflow.run = run
-sys.exit(cli.main({argv!r}))
-"""
-
-
 def environment(project: Path):
     """The environment `modelci run` uses for zoo:torch (built here once), and the suite folder."""
     from modelci import config, targets, workflow
@@ -193,19 +177,22 @@ def run_plain(cfg, env, suite: Path, pattern: str, project: Path) -> dict:
 
 
 def run_modelci(isolation: str, pattern: str, project: Path) -> dict:
-    """One `modelci -q run` in a subprocess; its timings and durations plus the wall time seen from here."""
+    """One `modelci -q run --json` in a subprocess, as a user starts it; the harness steps' seconds and the
+    results from its JSON report, plus the wall time seen from here."""
     out = project / f"modelci-{isolation}.json"
-    argv = ["-q", "run", "--target", TARGET, "--suite", SUITE] + (["-k", pattern] if pattern else [])
+    modelci = Path(sys.executable).with_name("modelci")
+    argv = [str(modelci), "-q", "run", "--target", TARGET, "--suite", SUITE, "--json", str(out)]
+    argv += ["-k", pattern] if pattern else []
     env = dict(os.environ, MODELCI_ISOLATION=isolation)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", WRAPPER.format(path=str(out), argv=argv)], cwd=project, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         raise SystemExit(f"modelci run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    record = json.loads(out.read_text())
-    record["wall"] = wall
-    return record
+    report = json.loads(out.read_text())
+    results = {r["workload"]: {"duration": r["duration"], "status": r["status"], "isolation": r["isolation"]}
+               for r in report["results"]}
+    return {"timings": report["run"]["timings"], "results": results, "wall": wall}
 
 
 def median(values: list[float]) -> float:

@@ -27,10 +27,18 @@ def test_compare_exits_1_on_a_regression_and_writes_the_json_report(fake_project
 
 
 def test_run_then_show_and_history(fake_project):
+    report = fake_project.root / "run.json"
     proc = fake_project.cli("run", "--target", str(fake_project.v10), "--suite", "fakesuite", "-k", "Stable",
-                            "--runner", "ci-cpu")
+                            "--runner", "ci-cpu", "--json", str(report))
     assert proc.returncode == 0, proc.stderr
     assert "no baseline yet" in proc.stdout
+    # what the harness spent per step, and each workload's duration and isolation (benchmarks/overhead.py)
+    data = json.loads(report.read_text())
+    timings = data["run"]["timings"]
+    assert {"environment", "store", "discovery", "execute", "ingest", "checks"} <= set(timings), timings
+    assert 0 < timings["execute"] < sum(timings.values())
+    [entry] = data["results"]
+    assert entry["workload"] == "fakesuite/Stable" and entry["isolation"] == "fork" and entry["duration"] > 0
     show = fake_project.cli("show", "latest")
     assert show.returncode == 0 and "fakesuite/Stable" in show.stdout and "ci-cpu" in show.stdout
     history = fake_project.cli("history", "fakesuite/Stable", "--metric", "loss")

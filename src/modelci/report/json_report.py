@@ -32,6 +32,9 @@ def run_section(outcome: Any) -> dict[str, Any]:
         "runner": outcome.runner,
         "environment": outcome.environment.id,
         "reused_results": outcome.reused,
+        # seconds per step of the harness: environment, store, discovery, execute, ingest, compat, checks, alarms,
+        # and worker_start (from the worker's launch to its ready message, overlapping store and discovery)
+        "timings": {step: round(seconds, 4) for step, seconds in outcome.timings.items()},
     }
 
 
@@ -46,6 +49,8 @@ def result_entries(comparisons: list[Any]) -> list[dict[str, Any]]:
             "reason": result.reason,
             "result_id": result.id,
             "reused": result.reused,
+            "duration": result.duration,
+            "isolation": result.info.get("isolation", ""),
             "baseline_result_id": comparison.baseline.id if comparison.baseline is not None else None,
             "metrics": {name: {"kind": m.kind, "unit": m.unit, "median": m.median, "n": len(m.values)}
                         for name, m in result.metrics.items()},
