@@ -114,8 +114,8 @@ class TorchHelper(PythonHelper):
         Paid here, in the worker, the forked children inherit them (issue 9); a spawned child pays them in its
         own prologue, so both start from the same state and their peak memory still compares. The first
         torch.export in a process imports 400 more modules, the first trace and the lazy modules another 0.03 s
-        per workload on zoo:torch. The price is a fixed 40 MiB on the peak RSS of a workload that saves nothing
-        (docs/overhead.md). The set is fixed here, never learned from the workloads that ran before, so a
+        per workload on zoo:torch. The price is a fixed 45 MiB on the peak RSS of a workload that saves nothing
+        (32 MiB of it the export; docs/overhead.md). The set is fixed here, never learned from the workloads that ran before, so a
         child's starting state depends on the framework alone. Under fork_rng, so the seeded generators are as
         they were.
         """
