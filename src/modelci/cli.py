@@ -8,9 +8,12 @@ A UserError is shown as its message, without a traceback; any other exception is
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import shlex
 import sys
+import threading
 
 from modelci import __version__
 from modelci.commands import COMMANDS, EXIT_INTERRUPTED
@@ -60,5 +63,27 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def entry() -> None:
+    """The `modelci` command: `main`, then exit without tearing the interpreter down.
+
+    Freeing the 600 modules and 80,000 objects a command has loaded, one by one, took 0.13-0.15 s after every
+    command (issue 9: a quarter of what a zoo:torch run spent outside its workloads and the worker's start).
+    What an exit must do is done first: the atexit handlers run (the store's finalizers close its database
+    connections, so SQLite moves its WAL into the database file; logging flushes its handlers), then stdout
+    and stderr are flushed. A command that leaves a thread running (`serve`) exits the usual way, which
+    waits for it; so does an exception, which shows its traceback.
+    """
+    code = main()
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`modelci history | head`): nothing left to tell it
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

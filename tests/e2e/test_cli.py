@@ -39,6 +39,14 @@ def test_run_then_show_and_history(fake_project):
     assert 0 < timings["execute"] < sum(timings.values())
     [entry] = data["results"]
     assert entry["workload"] == "fakesuite/Stable" and entry["isolation"] == "fork" and entry["duration"] > 0
+    # the command exits without tearing the interpreter down, but closes the database first: SQLite has moved
+    # its WAL into the file, so a copy of history.db alone (a CI artifact) holds the run
+    db = fake_project.root / ".modelci" / "history.db"
+    assert not db.with_name("history.db-wal").exists()
+    copy = fake_project.root / "copy.db"
+    copy.write_bytes(db.read_bytes())
+    with sqlite3.connect(copy) as connection:
+        assert connection.execute("select count(*) from results where workload = 'fakesuite/Stable'").fetchone() == (1,)
     show = fake_project.cli("show", "latest")
     assert show.returncode == 0 and "fakesuite/Stable" in show.stdout and "ci-cpu" in show.stdout
     history = fake_project.cli("history", "fakesuite/Stable", "--metric", "loss")

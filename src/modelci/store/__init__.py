@@ -6,6 +6,7 @@ marked `interrupted` (DESIGN.md, "Storage").
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -113,6 +114,10 @@ class Store:
         self.readonly = make_url(self.url).query.get("mode") == "ro"
         self.artifacts = ArtifactStore(artifacts, artifacts_options, artifacts_readonly)
         self.engine = create_engine(self.url)
+        # its connections are closed when the store goes, or at the latest when the process exits (atexit runs
+        # finalizers): closing the last one is when SQLite moves its WAL into the database file, and the `modelci`
+        # command ends without tearing the interpreter down (cli.entry)
+        weakref.finalize(self, self.engine.dispose)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas_readonly if self.readonly else _sqlite_pragmas)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
