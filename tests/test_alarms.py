@@ -3,6 +3,8 @@ judges them, plus one end-to-end pass through workflow.run on the fakefw wheels.
 
 from __future__ import annotations
 
+import json
+import os
 from datetime import date, timedelta
 
 import numpy as np
@@ -285,3 +287,39 @@ def test_alarms_through_workflow_run_on_fakefw(fake_project):
     assert slow.alarms.events[0].alarm.target == "fakefw==1.1 (wheel " + slow.target.wheel_sha256[:8] + ")"
     fixed = workflow.run(cfg, str(fake_project.v10), suite, "Slow")
     assert [e.event for e in fixed.alarms.events] == ["recovered"]
+
+
+PRELOAD_PROBE = """
+import json, sys
+from modelci import config as config_module, workflow
+from modelci.store import Store
+
+config = config_module.load()
+thread = workflow._preload_checks(config, Store.from_config(config), alarms=True)
+if thread is not None:
+    thread.join()
+print(json.dumps({"thread": thread is not None,
+                  "imported": sorted(m for m in ("scipy.stats", "ruptures") if m in sys.modules)}))
+"""
+
+
+def preloaded(root) -> dict:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PRELOAD_PROBE], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_run_imports_what_its_checks_will_need_beside_the_worker(tmp_path):
+    """Issue 9: scipy.stats (the rank tests) once the runner has a history, ruptures once its series can be
+    segmented, imported in a thread while the worker imports the framework; a first run imports neither."""
+    history = History(tmp_path / "project")
+    assert preloaded(history.root) == {"thread": False, "imported": []}
+    history.run("1.0", [timed("s/w")], alarms=False)
+    assert preloaded(history.root) == {"thread": True, "imported": ["scipy.stats"]}
+    for minor in range(1, 19):
+        history.run(f"1.{minor}", [timed("s/w", seed=minor)], alarms=False)
+    assert preloaded(history.root) == {"thread": True, "imported": ["ruptures", "scipy.stats"]}

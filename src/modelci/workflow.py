@@ -10,6 +10,7 @@ import fnmatch
 import shutil
 import sysconfig
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -234,8 +235,12 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             from modelci import compat
             from modelci.alarms import hooks as alarm_hooks
             from modelci.store.schema import utcnow
+            preloading = _preload_checks(config, store, alarms)
         with _timed(timings, "discovery"):
             found = executor.discover(suites)
+        if preloading is not None:
+            with _timed(timings, "store"):
+                preloading.join()  # before any workload runs: an import beside one would disturb its timings
         workloads, errors = select(found, pattern)
         extra = missing_requirements(env, workloads)
         if extra and locked is not None:
@@ -283,6 +288,21 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     finally:
         executor.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _preload_checks(config: Config, store: Store, alarms: bool) -> threading.Thread | None:
+    """A thread importing what the checks will need after this run (`checks.preload`), started now so that it
+    runs beside the worker's import of the framework: scipy.stats once the runner has a history to compare with,
+    ruptures too once its series are long enough for the alarm step to segment them."""
+    from modelci.checks import history
+
+    targets = store.targets_run(config.runner)
+    if not targets:
+        return None  # a first run has no baseline: nothing to compare, nothing to import
+    segments = alarms and config.alarms.get("changes", True) and targets + 1 >= history.MIN_POINTS_FOR_ESTIMATE
+    thread = threading.Thread(target=checks.preload, args=(segments,), name="modelci-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _open_store(config: Config) -> Store:

@@ -16,7 +16,22 @@ from modelci.checks.status import check_status
 from modelci.checks.timing import check_memory, check_timing, check_user_metric
 from modelci.records import Metric, Result
 
-__all__ = ["Finding", "Policy", "check_kind", "check_metrics", "evaluate", "policy_for", "regressed"]
+__all__ = ["Finding", "Policy", "check_kind", "check_metrics", "evaluate", "policy_for", "preload", "regressed"]
+
+
+def preload(segments: bool = False) -> None:
+    """Import what the checks import only where they use it: scipy.stats (the rank tests of timing and of the
+    history check) and, with `segments`, ruptures and scipy.ndimage (the history check's segmentation).
+
+    Together they take 0.6-1.0 s to import. A run calls this in a thread while its worker imports the framework,
+    when its history says the checks will need them (a baseline; 20 targets for the segmentation), so that the
+    checks and alarm steps do not pay for them after the workloads (issue 9).
+    """
+    import scipy.stats  # noqa: F401
+
+    if segments:
+        import ruptures  # noqa: F401
+        import scipy.ndimage  # noqa: F401
 
 
 def evaluate(current: Result, baseline: Result | None, policy: Callable[[str], Policy]) -> list[Finding]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import create_engine, event, insert, inspect, make_url, select
+from sqlalchemy import create_engine, distinct, event, func, insert, inspect, make_url, select
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -362,6 +362,11 @@ class Store:
             if runner:
                 stmt = stmt.where(RunRow.runner == runner)
             return list(session.scalars(stmt))
+
+    def targets_run(self, runner: str) -> int:
+        """How many targets this runner has run: the most points a series of its history can have."""
+        with self.sessions() as session:
+            return int(session.scalar(select(func.count(distinct(RunRow.target_id))).where(RunRow.runner == runner)))
 
     def series(self, workload: str, metric: str, runner: str | None = None) -> RunSeries:
         """One metric of one workload across the history, one point per run, oldest first (store/series.py)."""
