@@ -22,6 +22,7 @@ the `modelci.workload` package only).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -195,6 +196,45 @@ def run_modelci(isolation: str, pattern: str, project: Path) -> dict:
     return {"timings": report["run"]["timings"], "results": results, "wall": wall}
 
 
+def add_history(project: Path, targets: int) -> None:
+    """Store `targets` earlier torch versions (2.0.0, 2.0.1, ...) on the benchmark's runner, each a copy of the
+    last run's results with its samples scaled by 1-3% of noise, so that every series of the next runs has more
+    than `targets` points: the alarm step then segments them, as it does on any history of 20 targets or more."""
+    import numpy as np
+
+    from modelci import config
+    from modelci.records import Metric
+    from modelci.store import Store
+    from modelci.targets import Target
+
+    os.chdir(project)
+    cfg = config.load()
+    store = Store.from_config(cfg)
+    last = store.run(store.runs(cfg.runner, limit=1)[0].id)
+    environment = workflow_environment(store, last)
+    rng = np.random.default_rng(0)
+    for index in range(targets):
+        version = f"2.0.{index}"
+        target = Target(spec=f"torch=={version}", kind="requirement", name="torch",
+                        requirements=[f"torch=={version}"], version=version)
+        results = []
+        for result in last.results:
+            scale = 1 + 0.03 * rng.standard_normal()
+            metrics = {name: Metric(m.name, m.kind, [v * scale if m.kind == "samples" else v for v in m.values],
+                                    m.unit) for name, m in result.metrics.items()}
+            results.append(dataclasses.replace(result, id=None, metrics=metrics))
+        store.ingest(target=target, environment=environment, runner=cfg.runner, results=results)
+
+
+def workflow_environment(store, stored):
+    """The Environment of a stored run, as `ingest` takes it."""
+    from modelci.envs.build import Environment
+
+    row = store.environment(stored.row.environment_id)
+    return Environment(id=row.id, path=None, python=Path(sys.executable), spec=None, lock=row.lock,
+                       fingerprint=row.fingerprint, isolated=True)
+
+
 def median(values: list[float]) -> float:
     """The median, or nan for no values."""
     return statistics.median(values) if values else float("nan")
@@ -339,6 +379,8 @@ def main() -> None:
                         "(a third as many in spawn mode); 0 skips it")
     parser.add_argument("-k", dest="pattern", default="", help="only workloads whose id contains this")
     parser.add_argument("--project", help="folder for the history and the config (default: a temp folder)")
+    parser.add_argument("--history", type=int, default=0, help="store this many earlier targets first, so that "
+                        "the alarm step segments every series (as on any history of 20 targets or more)")
     parser.add_argument("--plain", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -358,6 +400,8 @@ def main() -> None:
     # one untimed round of each: the page cache holds torch, the history has a baseline to compare with
     run_plain(cfg, env, suite, args.pattern, project)
     run_modelci("fork", args.pattern, project)
+    if args.history:
+        add_history(project, args.history)
     plains: list[dict] = []
     modes: dict[str, list[dict]] = {"fork": [], "spawn": []}
     for index in range(args.runs):
