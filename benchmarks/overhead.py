@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/overhead.py                 # 3 rounds of plain + fork (+ 1 spawn), prints markdown
     .venv/bin/python benchmarks/overhead.py --runs 5 --spawn-runs 0 -k LeNet
+    .venv/bin/python benchmarks/overhead.py --runs 3 --spawn-runs 0 --history 30   # with a long history
 
 Each round runs, one after the other on the same machine:
 - plain: a script that imports torch once and calls each workload's phases directly (seed and determinism
