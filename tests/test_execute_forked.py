@@ -24,6 +24,7 @@ from modelci.workload import npy
 
 ZOO_NUMPY = Path(modelci.__file__).resolve().parent / "zoo" / "numpy"
 ZOO_TORCH = Path(modelci.__file__).resolve().parent / "zoo" / "torch"
+ZOO_PADDLE = Path(modelci.__file__).resolve().parent / "zoo" / "paddle"
 
 TINY_SUITE = '''\
 import modelci
@@ -63,11 +64,11 @@ def run_both(fake_project, target: str, pattern: str | None = None) -> dict[str,
 
 
 def executor_results(python: Path, suites: dict[str, Path], scratch: Path, mode: str, only: str = "",
-                     **kwargs) -> dict:
+                     threads: int = 1, **kwargs) -> dict:
     """Discover and run every workload of `suites` (whose id contains `only`) with one Executor; returns
     workload -> result."""
     scratch.mkdir(parents=True, exist_ok=True)
-    with forked.Executor(python, scratch, isolation=mode, threads=1, **kwargs) as executor:
+    with forked.Executor(python, scratch, isolation=mode, threads=threads, **kwargs) as executor:
         found = executor.discover(suites)
         return {w["id"]: executor.run_workload(suites, WorkloadInfo.from_json(w), timeout=600)
                 for w in found["workloads"] if only in w["id"]}
@@ -257,8 +258,9 @@ def test_start_launches_the_worker_without_waiting_and_close_stops_one_still_imp
     assert worker.proc.returncode == -signal.SIGKILL and executor.worker is None
 
 
-def torch_env(tmp_path: Path, monkeypatch):
-    """The torch 2.13.0 environment, from the persistent cache of the torch tests (built once per machine)."""
+def torch_env(tmp_path: Path, monkeypatch, spec: str = "torch==2.13.0"):
+    """The torch 2.13.0 environment (or `spec`'s), from the persistent cache of the framework tests (built once
+    per machine)."""
     for key in [k for k in os.environ if k.startswith("MODELCI_")]:
         monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
@@ -266,11 +268,36 @@ def torch_env(tmp_path: Path, monkeypatch):
     (tmp_path / "modelci.toml").write_text(f'cache_dir = "{cache}"\nthreads = 1\n')
     cfg = config_module.load()
     try:
-        return workflow.environment_for(cfg, targets.resolve("torch==2.13.0"), log=lambda _: None)
+        return workflow.environment_for(cfg, targets.resolve(spec), log=lambda _: None)
     except UserError as exc:
         if os.environ.get("CI"):  # CI installs what the tests need: a skip there would hide a broken install
             raise
-        pytest.skip(f"torch 2.13.0 cannot be installed here: {exc}")
+        pytest.skip(f"{spec} cannot be installed here: {exc}")
+
+
+@pytest.mark.slow
+def test_zoo_paddle_forks_beside_the_bvar_thread_with_the_outputs_and_memory_of_spawn(tmp_path, monkeypatch):
+    """paddle's import starts brpc's bvar sampler thread, which brpc starts again in a forked child: the worker
+    forks beside it (worker.FORK_SAFE_THREADS), and the results are those of fresh processes."""
+    env = torch_env(tmp_path, monkeypatch, "paddlepaddle==3.0.0")
+    suites = {"paddle": ZOO_PADDLE}
+    fork = executor_results(env.python, suites, tmp_path / "fork", "fork")
+    spawn = executor_results(env.python, suites, tmp_path / "spawn", "spawn")
+    assert set(fork) == set(spawn) and len(fork) >= 5
+    for workload, result in fork.items():
+        other = spawn[workload]
+        assert result.status == other.status == "ok", (workload, result.reason, result.stderr_tail)
+        assert result.info["isolation"] == "fork", result.info.get("isolation_reason")
+        assert outputs_bytes(result) == outputs_bytes(other), workload
+        assert result.metrics["loss"].values == other.metrics["loss"].values, workload
+        ratio = result.metrics["mem.peak_rss"].values[0] / other.metrics["mem.peak_rss"].values[0]
+        assert 0.9 < ratio < 1.1, (workload, ratio)
+
+    # with `threads = 0` paddle's import also starts OpenMP's pool, which nothing starts again in a child
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    spawned = executor_results(env.python, suites, tmp_path / "threads", "fork", only="LeNet", threads=0)
+    assert spawned["paddle/LeNet"].info["isolation"] == "spawn"
+    assert "thread" in spawned["paddle/LeNet"].info["isolation_reason"]
 
 
 @pytest.mark.torch

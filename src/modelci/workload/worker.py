@@ -43,8 +43,9 @@ import os
 import sys
 import traceback
 from array import array
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 #: version of the messages this module exchanges with the parent
 PROTOCOL = 1
@@ -117,7 +118,8 @@ def preload(names: list[str], done: list[str], skipped: dict[str, str]) -> str:
     """Import each module once; a missing one is skipped (the child reports it), a failing one is returned.
 
     A module whose import raises may leave half of itself in sys.modules, and a child forked from that
-    would not see what a fresh process sees, so the caller stops forking.
+    would not see what a fresh process sees, so the caller stops forking. The threads each import starts are
+    counted (`STARTED_BY`), for `fork_hazard`.
     """
     for name in names:
         if name in done or name in skipped:
@@ -126,14 +128,36 @@ def preload(names: list[str], done: list[str], skipped: dict[str, str]) -> str:
             if importlib.util.find_spec(name) is None:
                 skipped[name] = "not installed"
                 continue
-            importlib.import_module(name)
+            with counting_threads(name):
+                importlib.import_module(name)
         except BaseException as exc:  # noqa: BLE001 - an import may raise anything, SystemExit included
             return f"importing {name} in the worker failed: {type(exc).__name__}: {exc}"
         done.append(name)
     return ""
 
 
+@contextmanager
+def counting_threads(module: str) -> Iterator[None]:
+    """Add the threads started inside the block to STARTED_BY[module]."""
+    before = thread_count()
+    try:
+        yield
+    finally:
+        started = thread_count() - before
+        if started > 0:
+            STARTED_BY[module] = STARTED_BY.get(module, 0) + started
+
+
 # -- when forking is not safe ------------------------------------------------------------------------
+
+#: module -> how many of the threads its import starts are safe to fork with: the library starts them again
+#: in a forked child and they hold no lock the child's own code takes. paddle's libpaddle starts brpc's bvar
+#: sampler thread, which wakes once a second to sample counters; brpc registers a pthread_atfork handler that
+#: starts it again in a child ("Support fork without exec", bvar/detail/sampler.cpp). Any other thread, or more
+#: of them (with `threads = 0` paddle's import also starts an OpenMP pool), still makes the worker spawn.
+FORK_SAFE_THREADS = {"paddle": 1}
+#: module -> the threads its import started in this worker (preload and the frameworks' prologues)
+STARTED_BY: dict[str, int] = {}
 
 
 def warm_up(framework: str, seed: int) -> str:
@@ -143,7 +167,8 @@ def warm_up(framework: str, seed: int) -> str:
         from modelci.workload.child import freeze_heap
         from modelci.workload.frameworks import get_helper
 
-        helper = get_helper(framework)
+        with counting_threads(framework):  # the helper imports the framework when no suite file did
+            helper = get_helper(framework)
         helper.seed(seed)
         helper.set_determinism(True)
         helper.warm_up()
@@ -167,10 +192,11 @@ def fork_hazard() -> str:
     devices = gpu_device_files()
     if devices:
         return f"the worker holds GPU device files open ({', '.join(devices[:3])}); a forked child cannot share them"
-    threads = thread_count()
-    if threads > 1:
-        return (f"the worker's imports started {threads - 1} extra thread(s); a lock one of them holds at fork time "
-                "would deadlock the child (set `threads` to fix the BLAS pools, or use isolation = \"spawn\")")
+    extra = thread_count() - 1
+    tolerated = sum(min(count, FORK_SAFE_THREADS.get(module, 0)) for module, count in STARTED_BY.items())
+    if extra > tolerated:
+        return (f"the worker's imports started {extra - tolerated} extra thread(s); a lock one of them holds at fork "
+                "time would deadlock the child (set `threads` to fix the BLAS pools, or use isolation = \"spawn\")")
     return ""
 
 
