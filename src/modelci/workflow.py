@@ -300,9 +300,16 @@ def _preload_checks(config: Config, store: Store, alarms: bool) -> threading.Thr
     if not targets:
         return None  # a first run has no baseline: nothing to compare, nothing to import
     segments = alarms and config.alarms.get("changes", True) and targets + 1 >= history.MIN_POINTS_FOR_ESTIMATE
-    thread = threading.Thread(target=checks.preload, args=(segments,), name="modelci-preload", daemon=True)
+    thread = threading.Thread(target=_preload, args=(segments,), name="modelci-preload", daemon=True)
     thread.start()
     return thread
+
+
+def _preload(segments: bool) -> None:
+    try:
+        checks.preload(segments)
+    except Exception:  # noqa: BLE001 - a thread's traceback would reach the user; the step that needs them
+        pass  # imports them again, and reports a broken install there
 
 
 def _open_store(config: Config) -> Store:
