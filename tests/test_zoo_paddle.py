@@ -82,3 +82,68 @@ def test_paddle_jit_loads_a_program_saved_before_pir(tmp_path):
     fresh, fresh_ctx = ZOO.fresh(cls, tmp_path)
     HELPER.load(fresh, fresh_ctx, "paddle_jit", tmp_path / "legacy")
     assert_same_outputs(outputs, fresh.infer(fresh_ctx))
+
+
+WARM_UP_PROBE = """
+import json, os, sys, tempfile
+from pathlib import Path
+import paddle
+import modelci
+from modelci.workload import fw_paddle
+from modelci.workload.api import Context
+from modelci.workload.child import import_file, suite_files, workload_classes
+
+helper = fw_paddle.PaddleHelper()
+helper.seed(3)
+helper.set_determinism(True)
+if sys.argv[1] == "warm":
+    helper.warm_up()
+    helper.warm_up()  # once per process
+drawn = paddle.rand([4]).tolist()
+name = paddle.nn.Linear(2, 2).weight.name
+imported = {}
+suite = Path(modelci.__file__).parent / "zoo" / "paddle"
+for cls in [c for p in suite_files(suite) for c in workload_classes(import_file(p, "paddle"))]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # as a forked workload child: its whole life after the prologue
+        before = set(sys.modules)
+        ctx = Context(seed=0, scratch=Path(tempfile.mkdtemp()))
+        workload = cls()
+        workload.setup(ctx)
+        for step in range(int(cls.steps)):
+            float(workload.train_step(ctx, step))
+        workload.infer(ctx)
+        for fmt in cls.formats:
+            helper.save(workload, ctx, fmt, ctx.scratch / fmt)
+        os.write(write, json.dumps(len(set(sys.modules) - before)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        imported[cls.__name__] = json.loads(fh.read() or "null")
+    os.waitpid(pid, 0)
+print(json.dumps({"drawn": drawn, "name": name, "imported": imported}))
+"""
+
+
+def test_warm_up_changes_no_draw_or_name_and_leaves_nothing_for_a_workload_to_import(tmp_path):
+    """Issue 9: after PaddleHelper.warm_up, a forked workload imports nothing more (the first paddle.jit.save
+    imported 95 modules in every child), and the workload draws the same random numbers and gets the same
+    parameter names as without the warm-up."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    probes = {}
+    for mode in ("cold", "warm"):
+        done = subprocess.run([sys.executable, "-c", WARM_UP_PROBE, mode], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        probes[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    cold, warm = probes["cold"], probes["warm"]
+    assert warm["drawn"] == cold["drawn"] and warm["name"] == cold["name"]
+    assert len(warm["imported"]) >= 5
+    assert warm["imported"] == {name: 0 for name in warm["imported"]}
+    assert any(count > 0 for count in cold["imported"].values())  # what the warm-up spares them

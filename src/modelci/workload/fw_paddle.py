@@ -10,7 +10,9 @@ optional `build_model()` returns a fresh layer to load a state dict into (else `
 
 from __future__ import annotations
 
+import io
 import os
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,9 @@ with warnings.catch_warnings():
 
 from modelci.workload.frameworks import PythonHelper
 
+#: whether this process has run PaddleHelper.warm_up (a forked child inherits True from its worker)
+_WARMED = False
+
 #: deterministic-kernel flags; each build registers only some of them (a CPU build has none of the cuDNN ones)
 _DETERMINISM_FLAGS = {
     "FLAGS_cudnn_deterministic": (True, False),
@@ -31,6 +36,18 @@ _DETERMINISM_FLAGS = {
     "FLAGS_embedding_deterministic": (1, 0),
     "FLAGS_cudnn_exhaustive_search": (False, False),
 }
+
+
+class _WarmUpNet(paddle.nn.Layer):
+    """The fixed model of PaddleHelper.warm_up: a layer of the user's kind, whose `forward` calls functions,
+    since the program translator prepares what it converts calls with on the first such call it meets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = paddle.nn.Linear(2, 2)
+
+    def forward(self, x: Any) -> Any:
+        return paddle.nn.functional.relu(self.fc(x))
 
 
 class PaddleHelper(PythonHelper):
@@ -58,6 +75,30 @@ class PaddleHelper(PythonHelper):
                 paddle.set_flags({flag: on if enabled else off})
             except ValueError:  # "cannot set its value through this function": not in this build
                 pass
+
+    def warm_up(self) -> None:
+        """Once per process, save a tiny fixed model in both formats (a state dict into memory, a jit program
+        into a temporary folder): the first `paddle.jit.save` in a process imports 95 more modules and builds
+        the program translator, 0.1-0.2 s that each forked child paid again (issue 9). Under a fresh name
+        scope, so the workload's layers get the parameter names they get without it, and with paddle's random
+        state put back, so its initialisation draws what it draws without it."""
+        global _WARMED
+        if _WARMED:
+            return
+        _WARMED = True
+        state = paddle.get_rng_state()
+        try:
+            with paddle.utils.unique_name.guard(), tempfile.TemporaryDirectory() as folder:
+                model = _WarmUpNet()
+                model.eval()
+                paddle.save(model.state_dict(), io.BytesIO())
+                if self.supports("paddle_jit") is None:
+                    spec = [paddle.static.InputSpec(shape=[1, 2], dtype="float32", name="input_0")]
+                    paddle.jit.save(model, os.path.join(folder, "model"), input_spec=spec)
+        except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing the workload could see
+            pass
+        finally:
+            paddle.set_rng_state(state)
 
     def to_numpy(self, value: Any) -> Any:
         """A paddle tensor (any place, with or without grad) as a numpy array; anything else via np.asarray."""
