@@ -63,6 +63,21 @@ def run_both(fake_project, target: str, pattern: str | None = None) -> dict[str,
     return by_mode
 
 
+def assert_forked_like_spawned(fork: dict, spawn: dict) -> None:
+    """Every workload ok in both modes, really forked in the first, with bit-identical outputs and loss curves
+    and a peak RSS within 10% of the spawned one's (the child maps in the pages the worker's import touched)."""
+    assert set(fork) == set(spawn)
+    for workload, result in fork.items():
+        other = spawn[workload]
+        assert result.status == other.status == "ok", (workload, result.reason, result.stderr_tail, other.reason)
+        assert result.info["isolation"] == "fork", result.info.get("isolation_reason")
+        assert outputs_bytes(result) == outputs_bytes(other), workload
+        assert result.metrics["loss"].values == other.metrics["loss"].values, workload
+        ratio = result.metrics["mem.peak_rss"].values[0] / other.metrics["mem.peak_rss"].values[0]
+        assert 0.9 < ratio < 1.1, (workload, ratio)
+        assert result.info["worker_rss"] > 0
+
+
 def executor_results(python: Path, suites: dict[str, Path], scratch: Path, mode: str, only: str = "",
                      threads: int = 1, **kwargs) -> dict:
     """Discover and run every workload of `suites` (whose id contains `only`) with one Executor; returns
@@ -100,17 +115,8 @@ def test_fork_and_spawn_give_bit_identical_outputs_and_comparable_memory_on_zoo_
     fork = executor_results(Path(sys.executable), suites, tmp_path / "fork", "fork")
     spawn = executor_results(Path(sys.executable), suites, tmp_path / "spawn", "spawn")
 
-    assert set(fork) == set(spawn) and len(fork) >= 6
-    for workload, result in fork.items():
-        other = spawn[workload]
-        assert result.status == other.status == "ok", (workload, result.reason, other.reason)
-        assert result.info["isolation"] == "fork", result.info.get("isolation_reason")
-        assert outputs_bytes(result) == outputs_bytes(other), workload
-        assert result.metrics["loss"].values == other.metrics["loss"].values, workload
-        # the child maps in the pages the worker's import touched, so its peak RSS is a spawned child's
-        ratio = result.metrics["mem.peak_rss"].values[0] / other.metrics["mem.peak_rss"].values[0]
-        assert 0.9 < ratio < 1.1, (workload, ratio)
-        assert result.info["worker_rss"] > 0
+    assert len(fork) >= 6
+    assert_forked_like_spawned(fork, spawn)
 
 
 def test_fork_mode_reports_failed_crashed_and_timeout_like_spawn(fake_project, tmp_path):
@@ -283,15 +289,8 @@ def test_zoo_paddle_forks_beside_the_bvar_thread_with_the_outputs_and_memory_of_
     suites = {"paddle": ZOO_PADDLE}
     fork = executor_results(env.python, suites, tmp_path / "fork", "fork")
     spawn = executor_results(env.python, suites, tmp_path / "spawn", "spawn")
-    assert set(fork) == set(spawn) and len(fork) >= 5
-    for workload, result in fork.items():
-        other = spawn[workload]
-        assert result.status == other.status == "ok", (workload, result.reason, result.stderr_tail)
-        assert result.info["isolation"] == "fork", result.info.get("isolation_reason")
-        assert outputs_bytes(result) == outputs_bytes(other), workload
-        assert result.metrics["loss"].values == other.metrics["loss"].values, workload
-        ratio = result.metrics["mem.peak_rss"].values[0] / other.metrics["mem.peak_rss"].values[0]
-        assert 0.9 < ratio < 1.1, (workload, ratio)
+    assert len(fork) >= 5
+    assert_forked_like_spawned(fork, spawn)
 
     # with `threads = 0` paddle's import also starts OpenMP's pool, which nothing starts again in a child
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -20,7 +20,7 @@ if hasattr(_core, "set_num_threads"):
     _core.set_num_threads(1)
 
 from modelci.workload.fw_paddle import PaddleHelper  # noqa: E402
-from zoo_contract import Zoo, ZooContract, assert_same_outputs  # noqa: E402
+from zoo_contract import Zoo, ZooContract, assert_same_outputs, run_probe  # noqa: E402
 
 # paddle's BatchNorm warns on every training call, whatever the caller does (paddle/nn/layer/norm.py)
 pytestmark = pytest.mark.filterwarnings("ignore:When training, we now always track global mean:UserWarning")
@@ -85,13 +85,10 @@ def test_paddle_jit_loads_a_program_saved_before_pir(tmp_path):
 
 
 WARM_UP_PROBE = """
-import json, os, sys, tempfile
-from pathlib import Path
+import json, sys
 import paddle
-import modelci
+import zoo_contract
 from modelci.workload import fw_paddle
-from modelci.workload.api import Context
-from modelci.workload.child import import_file, suite_files, workload_classes
 
 helper = fw_paddle.PaddleHelper()
 helper.seed(3)
@@ -101,27 +98,7 @@ if sys.argv[1] == "warm":
     helper.warm_up()  # once per process
 drawn = paddle.rand([4]).tolist()
 name = paddle.nn.Linear(2, 2).weight.name
-imported = {}
-suite = Path(modelci.__file__).parent / "zoo" / "paddle"
-for cls in [c for p in suite_files(suite) for c in workload_classes(import_file(p, "paddle"))]:
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # as a forked workload child: its whole life after the prologue
-        before = set(sys.modules)
-        ctx = Context(seed=0, scratch=Path(tempfile.mkdtemp()))
-        workload = cls()
-        workload.setup(ctx)
-        for step in range(int(cls.steps)):
-            float(workload.train_step(ctx, step))
-        workload.infer(ctx)
-        for fmt in cls.formats:
-            helper.save(workload, ctx, fmt, ctx.scratch / fmt)
-        os.write(write, json.dumps(len(set(sys.modules) - before)).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as fh:
-        imported[cls.__name__] = json.loads(fh.read() or "null")
-    os.waitpid(pid, 0)
+imported = zoo_contract.modules_each_forked_workload_imports("paddle", helper)
 print(json.dumps({"drawn": drawn, "name": name, "imported": imported}))
 """
 
@@ -130,20 +107,8 @@ def test_warm_up_changes_no_draw_or_name_and_leaves_nothing_for_a_workload_to_im
     """Issue 9: after PaddleHelper.warm_up, a forked workload imports nothing more (the first paddle.jit.save
     imported 95 modules in every child), and the workload draws the same random numbers and gets the same
     parameter names as without the warm-up."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    probes = {}
-    for mode in ("cold", "warm"):
-        done = subprocess.run([sys.executable, "-c", WARM_UP_PROBE, mode], capture_output=True, text=True, env=env,
-                              cwd=tmp_path, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        probes[mode] = json.loads(done.stdout.strip().splitlines()[-1])
-    cold, warm = probes["cold"], probes["warm"]
+    cold, warm = (run_probe(WARM_UP_PROBE, mode, cwd=tmp_path) for mode in ("cold", "warm"))
     assert warm["drawn"] == cold["drawn"] and warm["name"] == cold["name"]
     assert len(warm["imported"]) >= 5
-    assert warm["imported"] == {name: 0 for name in warm["imported"]}
-    assert any(count > 0 for count in cold["imported"].values())  # what the warm-up spares them
+    assert warm["imported"] == {name: [] for name in warm["imported"]}
+    assert any(cold["imported"].values())  # what the warm-up spares them

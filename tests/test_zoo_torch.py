@@ -12,7 +12,7 @@ np = pytest.importorskip("numpy")
 
 from modelci.workload.api import Context  # noqa: E402
 from modelci.workload.fw_torch import TorchHelper  # noqa: E402
-from zoo_contract import Zoo, ZooContract, assert_same_outputs, ids  # noqa: E402
+from zoo_contract import Zoo, ZooContract, assert_same_outputs, ids, run_probe  # noqa: E402
 
 HELPER = TorchHelper()
 ZOO = Zoo("torch", HELPER)
@@ -146,55 +146,21 @@ def test_both_torchscript_modes_are_covered():
 
 
 FIRST_USE_PROBE = """
-import json, os, sys, tempfile
-from pathlib import Path
-import torch
-import modelci
-from modelci.workload.api import Context
-from modelci.workload.child import import_file, suite_files, workload_classes
+import json
+import zoo_contract
 from modelci.workload.fw_torch import TorchHelper
 
 helper = TorchHelper()
 helper.seed(0)
 helper.set_determinism(True)
 helper.warm_up()
-suite = Path(modelci.__file__).parent / "zoo" / "torch"
-found = {}
-for cls in [c for p in suite_files(suite) for c in workload_classes(import_file(p, "torch")) if c.devices == 1]:
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # as a forked workload child: its whole life after the prologue
-        before = set(sys.modules)
-        ctx = Context(seed=0, scratch=Path(tempfile.mkdtemp()))
-        workload = cls()
-        workload.setup(ctx)
-        for step in range(int(cls.steps)):
-            float(workload.train_step(ctx, step))
-        workload.infer(ctx)
-        for fmt in cls.formats:
-            helper.save(workload, ctx, fmt, ctx.scratch / fmt)
-        os.write(write, json.dumps(sorted(set(sys.modules) - before)).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as fh:
-        found[cls.__name__] = json.loads(fh.read() or "null")
-    os.waitpid(pid, 0)
-print(json.dumps(found))
+print(json.dumps(zoo_contract.modules_each_forked_workload_imports("torch", helper)))
 """
 
 
 def test_after_the_warm_up_no_workload_imports_a_module(tmp_path):
     """What a forked child imports, it imports again for every workload (issue 9): after the helper's warm-up,
     training, inference and saving every format import nothing more, for each single-process zoo model."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
-    done = subprocess.run([sys.executable, "-c", FIRST_USE_PROBE], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = run_probe(FIRST_USE_PROBE, cwd=tmp_path)
     assert len(found) >= 7
     assert found == {name: [] for name in found}

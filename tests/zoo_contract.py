@@ -20,6 +20,54 @@ from modelci.workload.api import Context, Workload
 from modelci.workload.child import import_file, suite_files, workload_classes
 
 
+def modules_each_forked_workload_imports(name: str, helper: Any) -> dict[str, list[str]]:
+    """Fork this process once per single-process workload of zoo:`name`, as the fork worker does, and return
+    what each child imported over its whole life after the prologue (setup, training, inference, every save
+    format). Run it in a fresh process whose prologue (the helper's seed, determinism and warm-up) is done."""
+    import json
+    import os
+    import sys
+
+    zoo = Zoo(name, helper)
+    found = {}
+    for cls in [c for c in zoo.workloads if c.devices == 1]:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            before = set(sys.modules)
+            ctx = Context(seed=0, scratch=Path(tempfile.mkdtemp()))
+            workload = cls()
+            workload.setup(ctx)
+            for step in range(int(cls.steps)):
+                float(workload.train_step(ctx, step))
+            workload.infer(ctx)
+            for fmt in cls.formats:
+                helper.save(workload, ctx, fmt, ctx.scratch / fmt)
+            os.write(write, json.dumps(sorted(set(sys.modules) - before)).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as fh:
+            found[cls.__name__] = json.loads(fh.read() or "null")
+        os.waitpid(pid, 0)
+    return found
+
+
+def run_probe(script: str, *args: str, cwd: Path) -> Any:
+    """Run `script` (which may import zoo_contract) in a fresh interpreter with one math thread; the JSON it
+    prints last."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 class Zoo:
     """One built-in suite: its workload classes, and each of them seeded, set up, trained and inferred."""
 
