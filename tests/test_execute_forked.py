@@ -76,6 +76,10 @@ def assert_forked_like_spawned(fork: dict, spawn: dict) -> None:
         ratio = result.metrics["mem.peak_rss"].values[0] / other.metrics["mem.peak_rss"].values[0]
         assert 0.9 < ratio < 1.1, (workload, ratio)
         assert result.info["worker_rss"] > 0
+        # what the resident set held at the end, by kind: each part is there, and together no more than the peak
+        parts = result.info["rss_end"]
+        assert parts["anon"] > 0 and parts["file"] > 0, parts
+        assert sum(parts.values()) <= result.metrics["mem.peak_rss"].values[0], (workload, parts)
 
 
 def executor_results(python: Path, suites: dict[str, Path], scratch: Path, mode: str, only: str = "",

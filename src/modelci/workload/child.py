@@ -219,6 +219,24 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
+def rss_parts() -> dict[str, int]:
+    """What the resident set holds now, in bytes: anonymous memory, pages of mapped files (the framework's
+    libraries) and shared memory; {} where /proc does not say. Kept with each result, so that a change of the
+    peak can be told apart: the file-backed part moves with how the libraries were mapped, not with the model
+    (docs/zoo.md: paddle's peak drifted by 60 MiB between runs of the same code)."""
+    names = {"RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "shmem"}
+    found = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key = line.split(None, 1)[0] if line.strip() else ""
+                if key in names:
+                    found[names[key]] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return found
+
+
 def find_class(suites: dict[str, Path], workload_id: str, file: str | None = None) -> tuple[type[Workload], Path]:
     """Find the class behind a workload id (`suite/name`), importing only its own file when it is known.
 
@@ -542,6 +560,7 @@ def execute(args: argparse.Namespace) -> int:
     if ranks:
         join_ranks(ranks, out, rec)
     rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
+    rec.data["info"]["rss_end"] = rss_parts()
     rec.data["info"]["modules"] = module_info(sorted({"numpy", "torch", "paddle", *args.report_module}))
     rec.write()
     if forked_rank:
