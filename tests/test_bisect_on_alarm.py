@@ -113,3 +113,19 @@ def test_bisect_on_alarm_needs_a_git_target(project, capsys):
                      "--bisect-on-alarm", "--good", "HEAD"])
     assert code == 2
     assert "needs a git target" in capsys.readouterr().err
+
+
+def test_bisect_on_alarm_with_jobs_probes_two_commits_a_round_and_finds_the_same_culprit(project, capsys):
+    shas = project["shas"]
+    assert run(project, shas[0]) == 0
+    report = project["root"] / "jobs.json"
+    code = run(project, shas[5], "--bisect-on-alarm", "--good", shas[0], "--jobs", "2", "--json", str(report))
+    assert code == 1
+    [bisect] = json.loads(report.read_text())["bisects"]
+    result = bisect["result"]
+    assert result["culprit"]["sha"] == shas[3] and result["last_good"]["sha"] == shas[2]
+    per_round: dict[int, int] = {}
+    for probe in result["probes"]:
+        per_round[probe["round"]] = per_round.get(probe["round"], 0) + 1
+    assert max(per_round.values()) == 2  # two probes ran in one round
+    assert result["rounds"] <= 2  # 5 candidates cut in three parts a round
