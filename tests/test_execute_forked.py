@@ -225,6 +225,25 @@ def test_fork_falls_back_to_spawn_where_forking_is_unsafe(tmp_path, monkeypatch)
     assert "thread" in result.info["isolation_reason"]
 
 
+def test_peak_rss_counts_the_workload_not_what_loading_it_took(tmp_path):
+    """mem.peak_rss starts afresh after the prologue (child.reset_peak_rss): 200 MiB that the suite file held and
+    freed while it was imported are not the workload's, in either mode (loading paddle's library moved its
+    peak by 90 MiB with nothing else changed, docs/zoo.md)."""
+    plain, heavy = tmp_path / "plain", tmp_path / "heavy"
+    for folder in (plain, heavy):
+        folder.mkdir()
+    (plain / "tiny0.py").write_text(TINY_SUITE.format(n=0))
+    (heavy / "tiny0.py").write_text("_loading = b'x' * (200 * 2**20)\ndel _loading\n" + TINY_SUITE.format(n=0))
+    for mode in ("fork", "spawn"):
+        peaks = {}
+        for folder in (plain, heavy):
+            results = executor_results(Path(sys.executable), {"tiny": folder}, tmp_path / mode / folder.name, mode)
+            result = results["tiny/Tiny0"]
+            assert result.status == "ok" and result.info["isolation"] == mode, result.reason
+            peaks[folder.name] = result.metrics["mem.peak_rss"].values[0]
+        assert abs(peaks["heavy"] - peaks["plain"]) < 50 * 2**20, (mode, peaks)
+
+
 def test_isolation_option_is_a_choice(fake_project):
     assert config_module.load().isolation == "fork"
     assert config_module.load(cli={"isolation": "spawn"}).isolation == "spawn"
