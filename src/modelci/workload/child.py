@@ -225,7 +225,7 @@ def reset_peak_rss() -> bool:
 
     The peak otherwise kept the transient of loading the framework's libraries, which moved with how the
     kernel held the library file and not with the model: paddle's LeNet peaked at 325, 352 or 412 MiB with
-    the same code, environment and end state (docs/zoo.md). Reset here, `mem.peak_rss` is the most the process
+    the same code and environment (docs/zoo.md). Reset here, `mem.peak_rss` is the most the process
     held while the workload ran, its framework loaded: the same point in both isolation modes.
     """
     try:
