@@ -120,8 +120,8 @@ def _pip_config_list(python: str, environ: Mapping[str, str]) -> dict[str, str]:
     """Run `pip config list` (or read the answer `prefetch` asked for) and merge its sections by pip's
     precedence; {} when pip cannot be run.
 
-    The answer is kept per interpreter and pip-related variables: starting pip costs about a second, and a
-    bisect asks once per probe.
+    The answer is kept per interpreter and pip-related variables: pip takes 0.15 s to answer, and a bisect asks
+    once per probe.
     """
     key = _key(python, environ)
     if key not in _PIP_CONFIG_CACHE:

@@ -202,19 +202,29 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
 # -- execution ------------------------------------------------------------------------------------
 
 
+def proc_status() -> dict[str, int]:
+    """The memory fields of /proc/self/status (VmHWM, VmRSS, RssAnon, RssFile, ...), in bytes; {} without /proc."""
+    found = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                name, _, value = line.partition(":")
+                if value.strip().endswith(" kB"):
+                    found[name] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return found
+
+
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process so far.
 
     On Linux this reads VmHWM, which starts afresh at exec; ru_maxrss would carry over the peak of
     the forked harness process (over 100 MiB) into a child that uses a few MiB.
     """
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    peak = proc_status().get("VmHWM")
+    if peak is not None:
+        return peak
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
@@ -241,17 +251,9 @@ def rss_parts() -> dict[str, int]:
     libraries) and shared memory; {} where /proc does not say. Kept with each result, so that a change of the
     peak can be told apart: the file-backed part moves with how the libraries were mapped, not with the model
     (docs/zoo.md: paddle's peak drifted by 60 MiB between runs of the same code)."""
-    names = {"RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "shmem"}
-    found = {}
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                key = line.split(None, 1)[0] if line.strip() else ""
-                if key in names:
-                    found[names[key]] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return found
+    status = proc_status()
+    return {part: status[field] for field, part in (("RssAnon", "anon"), ("RssFile", "file"), ("RssShmem", "shmem"))
+            if field in status}
 
 
 def find_class(suites: dict[str, Path], workload_id: str, file: str | None = None) -> tuple[type[Workload], Path]:

@@ -38,13 +38,21 @@ class PythonHelper:
     def set_determinism(self, enabled: bool) -> None:
         """Switch the framework's deterministic-algorithm flags on or off."""
 
-    def warm_up(self) -> None:
-        """Pay the framework's fixed first-use costs, once per process: part of the prologue of every workload.
+    #: whether this process has run the warm-up (a forked child inherits True from its worker)
+    _warmed = False
 
-        The same fixed work in a spawned child and in the worker a child is forked from, so every child starts
-        from the same state whichever way it started (issue 9). It must leave the random generators as it found
-        them and never raise: a workload must not fail or change because of it.
-        """
+    def warm_up(self) -> None:
+        """Pay the framework's fixed first-use costs (`first_use`), once per process: part of the prologue of
+        every workload, and of the worker a child is forked from, so every child starts from the same state
+        whichever way it started (issue 9)."""
+        if type(self)._warmed:
+            return
+        type(self)._warmed = True
+        self.first_use()
+
+    def first_use(self) -> None:
+        """The fixed work that warm_up does: none here. It must leave the random generators as it found them and
+        never raise: a workload must not fail or change because of it."""
 
     def to_numpy(self, value: Any) -> Any:
         """Turn one framework value into a numpy array (or a nested list when numpy is absent)."""

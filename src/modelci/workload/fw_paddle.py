@@ -26,9 +26,6 @@ with warnings.catch_warnings():
 
 from modelci.workload.frameworks import PythonHelper
 
-#: whether this process has run PaddleHelper.warm_up (a forked child inherits True from its worker)
-_WARMED = False
-
 #: deterministic-kernel flags; each build registers only some of them (a CPU build has none of the cuDNN ones)
 _DETERMINISM_FLAGS = {
     "FLAGS_cudnn_deterministic": (True, False),
@@ -76,16 +73,12 @@ class PaddleHelper(PythonHelper):
             except ValueError:  # "cannot set its value through this function": not in this build
                 pass
 
-    def warm_up(self) -> None:
-        """Once per process, save a tiny fixed model in both formats (a state dict into memory, a jit program
+    def first_use(self) -> None:
+        """Save a tiny fixed model in both formats (a state dict into memory, a jit program
         into a temporary folder): the first `paddle.jit.save` in a process imports 95 more modules and builds
         the program translator, 0.1-0.2 s that each forked child paid again (issue 9). Under a fresh name
         scope, so the workload's layers get the parameter names they get without it, and with paddle's random
         state put back, so its initialisation draws what it draws without it."""
-        global _WARMED
-        if _WARMED:
-            return
-        _WARMED = True
         state = paddle.get_rng_state()
         try:
             with paddle.utils.unique_name.guard(), tempfile.TemporaryDirectory() as folder:

@@ -29,8 +29,6 @@ from modelci.workload.frameworks import PythonHelper
 
 #: format -> the oldest torch that has it (torch.export.save/load arrived in 2.1)
 _MIN_VERSION = {"torch_export": (2, 1)}
-#: whether this process has run TorchHelper.warm_up (a forked child inherits True from its worker)
-_WARMED = False
 #: modules torch imports on first use, that each forked child imported again (issue 9): the profiler's CUPTI
 #: monitor (every `optimizer.zero_grad()` opens a `record_function`), and the sympy modules that sympy's `Add`
 #: and `log` import on their first evaluation (torch.export's shape arithmetic; `log` comes from a derivative
@@ -106,23 +104,19 @@ class TorchHelper(PythonHelper):
         # benchmark mode picks cuDNN kernels by timing them, so its choice changes from run to run
         torch.backends.cudnn.benchmark = False
 
-    def warm_up(self) -> None:
-        """Once per process, pay torch's first-use costs that every workload would pay again: save a tiny fixed
-        model in every format (state_dict, TorchScript trace, torch.export; into memory), and import the modules
-        torch imports lazily on a workload's first optimizer step and first symbolic shape arithmetic.
+    def first_use(self) -> None:
+        """torch's first-use costs that every workload would pay again: save a tiny fixed model in every format
+        (state_dict, TorchScript trace, torch.export; into memory), and import the modules torch imports lazily
+        on a workload's first optimizer step and first symbolic shape arithmetic.
 
-        Paid here, in the worker, the forked children inherit them (issue 9); a spawned child pays them in its
-        own prologue, so both start from the same state and their peak memory still compares. The first
+        Paid in the worker, the forked children inherit them (issue 9); a spawned child pays them in its own
+        prologue, so both start from the same state and their peak memory still compares. The first
         torch.export in a process imports 400 more modules, the first trace and the lazy modules another 0.03 s
-        per workload on zoo:torch. The price is a fixed 45 MiB on the peak RSS of a workload that saves nothing
-        (32 MiB of it the export; docs/overhead.md). The set is fixed here, never learned from the workloads that ran before, so a
+        per workload on zoo:torch. The price is a fixed 45 MiB on the RSS after the prologue (32 MiB of it the
+        export; docs/overhead.md). The set is fixed here, never learned from the workloads that ran before, so a
         child's starting state depends on the framework alone. Under fork_rng, so the seeded generators are as
         they were.
         """
-        global _WARMED
-        if _WARMED:
-            return
-        _WARMED = True
         for name in _LAZY_MODULES:
             try:
                 importlib.import_module(name)

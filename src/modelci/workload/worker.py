@@ -229,14 +229,9 @@ def thread_count() -> int:
 
 def rss_bytes() -> int:
     """Current resident set size of this process (0 when /proc is not there)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    from modelci.workload.child import proc_status
+
+    return proc_status().get("VmRSS", 0)
 
 
 def resident_file_pages() -> list[tuple[int, int]]:
