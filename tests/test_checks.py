@@ -90,7 +90,7 @@ def test_status_ok_to_crashed_is_a_regression_and_nothing_else_is_compared():
     assert len(findings) == 1
     (finding,) = findings
     assert (finding.check, finding.verdict) == ("status", "regression")
-    assert finding.numbers == {"baseline": "ok", "current": "crashed"}
+    assert finding.numbers == {"baseline": "ok", "current": "crashed", "reason": finding.message}
     assert "SIGSEGV" in finding.message and "more" not in finding.message
     assert regressed(findings)
 

@@ -105,8 +105,12 @@ def test_compare_samples_handles_zero_and_negative_medians():
     assert compare_samples([0.0], [0.0], 1.1, 0.05)[0] == "same"
     outcome, numbers = compare_samples([0.0], [1.0], 1.1, 0.05)
     assert outcome == "worse" and numbers["ratio"] is None  # inf is not strict JSON
+    # a negative median has no ratio: the change relative to |baseline| decides, the way the difference goes
     outcome, numbers = compare_samples([-1.0], [-5.0], 1.1, 0.05)
-    assert outcome == "same" and numbers["ratio"] is None
+    assert outcome == "better" and numbers["ratio"] is None and numbers["relative_change"] == -4.0
+    assert compare_samples([-10.0], [-8.0], 1.1, 0.05)[0] == "worse"  # lower is better: -10 -> -8 went up 20%
+    assert compare_samples([-10.0], [-8.0], 1.1, 0.05, lower_is_better=False)[0] == "better"
+    assert compare_samples([-10.0], [-10.5], 1.1, 0.05)[0] == "same"  # 5%, within the factor
     with pytest.raises(ValueError):
         compare_samples([], [1.0], 1.1, 0.05)
 
@@ -130,3 +134,23 @@ def test_single_sample_timing_is_reported_but_does_not_gate():
     finding = check_timing("time.setup", [0.10], [0.30], Policy())
     assert finding.verdict == "regression" and not finding.gating
     assert "too few samples to gate" in finding.message
+
+
+def test_every_verdict_says_which_rule_decided_it_with_its_numbers():
+    from modelci.checks.policy import Policy
+
+    rng = np.random.default_rng(5)
+    # 2.2x slower and very significant, but 0.6 ms apart: the timing floor decides, and the reason says so
+    base, cur = rng.normal(0.5e-3, 1e-7, 20), rng.normal(1.1e-3, 1e-7, 20)
+    floored = check_timing("time.infer", base, cur, Policy())
+    assert floored.verdict == "ok"
+    assert "within the timing floor of 1 ms" in floored.reason and "2.20x" in floored.reason
+    assert floored.reason in floored.message and floored.numbers["reason"] == floored.reason
+    # past the factor but not significant: the p-value and alpha are named
+    noisy = check_timing("time.train", [1.0, 1.5, 0.6, 1.2], [1.3, 0.9, 1.6, 1.4], Policy())
+    assert noisy.verdict == "ok" and "not significant" in noisy.reason and "alpha 0.05" in noisy.reason
+    slow = check_timing("time.train", rng.normal(1, 0.01, 10), rng.normal(1.3, 0.01, 10), Policy())
+    assert slow.verdict == "regression"
+    assert "beyond the factor 1.1x the bad way" in slow.reason and "< alpha 0.05" in slow.reason
+    memory = check_memory("mem.peak_rss", [100 * 2**20], [101 * 2**20], Policy())
+    assert "within the memory floor of 8.0 MiB" in memory.reason

@@ -58,13 +58,14 @@ def check_metrics(
         check = check_kind(name, (cur or base).kind)
         gating = rules.active and (check != "metric" or rules.gate_user_metrics)
         if base is None:
-            numbers = _shape_of(cur, "current")
+            numbers = _shape_of(cur, "current") | {"reason": "no baseline value to compare with"}
             findings.append(Finding(check, name, "new", numbers, f"{name} is new", gating=gating))
         elif cur is None:
-            numbers = _shape_of(base, "baseline")
+            numbers = _shape_of(base, "baseline") | {"reason": "the baseline recorded it, this run did not"}
             findings.append(Finding(check, name, "regression", numbers, f"{name}: metric disappeared", gating))
         elif cur.kind != base.kind:
-            numbers = {"baseline_kind": base.kind, "current_kind": cur.kind}
+            numbers = {"baseline_kind": base.kind, "current_kind": cur.kind,
+                       "reason": "a metric's kind must not change"}
             message = f"{name}: metric kind changed {base.kind} -> {cur.kind}"
             findings.append(Finding(check, name, "regression", numbers, message, gating))
         else:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from modelci.checks.policy import Finding, Policy, json_number
+from modelci.checks.policy import Finding, Policy, decided, json_number
 
 
 def curve_tolerance(baseline: np.ndarray, policy: Policy, first_step: int = 0) -> np.ndarray:
@@ -73,21 +73,35 @@ def check_curve(
         numbers["current_at_first"] = json_number(b[first])
         numbers["tolerance_at_first"] = json_number(tolerance[first])
     final = f"final {_value(cur)} vs {_value(base)} baseline"
+    atol = policy.tolerance if policy.tolerance is not None else policy.curve_atol
+    rtol = policy.threshold if policy.threshold is not None else policy.curve_rtol
+    rule = f"atol={atol:g} + rtol={rtol:g}·|baseline|"
+    if policy.curve_growth:
+        rule += f", growing by {policy.curve_growth:g} per step"
+    if policy.noise_rtol:
+        rule += f", never under the calibrated noise rtol={policy.noise_rtol:g}"
     if first is not None:
         verdict = "regression"
-        message = f"{name} diverges from step {first + skipped} ({b[first]:.6g} vs {a[first]:.6g}); {final}"
+        what = f"{name} diverges from step {first + skipped} ({b[first]:.6g} vs {a[first]:.6g}); {final}"
+        reason = (f"step {first + skipped}: |{b[first]:.6g} - {a[first]:.6g}| = {diff[first]:.3g} beyond the "
+                  f"tolerance {tolerance[first]:.3g} ({rule})")
+        if policy.direction is not None:
+            reason += f", the bad way ({policy.direction} is better)"
     elif base.size != cur.size:
         verdict = "regression"
-        message = f"{name} has {cur.size + skipped} steps, baseline {base.size + skipped}; {final}"
+        what = f"{name} has {cur.size + skipped} steps, baseline {base.size + skipped}; {final}"
+        reason = f"the curve's length must not change; the {common} common steps are within {rule}"
     elif improved.any():
         verdict = "improvement"
         step = int(np.argmax(improved)) + skipped
-        message = f"{name} better ({policy.direction} is better) from step {step}; {final}"
+        what = f"{name} better ({policy.direction} is better) from step {step}; {final}"
+        reason = f"step {step} moved beyond the tolerance ({rule}) the good way ({policy.direction} is better)"
     else:
         verdict = "ok"
         max_rel = numbers["max_rel_diff"] or 0.0
-        message = f"{name} within tolerance over {common} steps (max_rel {max_rel:.2e}); {final}"
-    return Finding(check, name, verdict, numbers, message, gating=policy.active)
+        what = f"{name} within tolerance over {common} steps (max_rel {max_rel:.2e}); {final}"
+        reason = f"all {common} steps within {rule}" if np.any(~equal) else f"all {common} steps identical"
+    return decided(check, name, verdict, numbers, what, reason, gating=policy.active)
 
 
 def _value(values: np.ndarray) -> str:

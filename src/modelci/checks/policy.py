@@ -32,6 +32,34 @@ class Finding:
     #: False when the policy says report-only; a non-gating regression must not fail a run
     gating: bool = True
 
+    @property
+    def reason(self) -> str:
+        """The rule that decided the verdict, with its numbers ("ratio 2.20x > factor 1.10x and p=5e-07 < alpha
+        0.05, ..."). The check writes it into ``numbers["reason"]`` (and at the end of the message), so it is
+        stored, alarmed on and rendered with the finding, and every report shows the same text."""
+        return str((self.numbers or {}).get("reason") or "")
+
+
+def decided(
+    check: str, metric: str, verdict: str, numbers: dict[str, Any], what: str, reason: str, gating: bool = True
+) -> Finding:
+    """A finding whose message is ``what`` happened and ``reason``, the rule that decided it, with its numbers;
+    the reason is also kept alone in ``numbers["reason"]`` for the tables that show it in a column."""
+    numbers["reason"] = reason
+    message = f"{what}: {reason}" if what and reason else what or reason
+    return Finding(check, metric, verdict, numbers, message, gating=gating)
+
+
+def number_text(value: Any, unit: str = "") -> str:
+    """A number for a reason: seconds as ms below 1 s, bytes as MiB, others in 4 significant digits."""
+    if value is None:
+        return "none"
+    if unit == "s":
+        return f"{value * 1e3:.3g} ms" if abs(value) < 1 else f"{value:.4g} s"
+    if unit == "bytes":
+        return f"{value / 2**20:.1f} MiB"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
 
 @dataclass
 class Policy:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from modelci.checks.policy import Finding, Policy, json_number
+from modelci.checks.policy import Finding, Policy, decided, json_number
 
 #: (rtol, atol) by the byte size of one real component: float16, float32, float64 (and wider)
 _FLOAT_TOLERANCES = {2: (1e-2, 1e-3), 4: (1e-4, 1e-6), 8: (1e-7, 1e-10)}
@@ -104,7 +104,12 @@ def compare_arrays(baseline: Any, current: Any, rtol: float, atol: float) -> dic
             numbers["max_abs_index"] = _index(worst, base.shape)
             numbers["baseline_at_max_abs"] = _scalar(a.flat[worst])
             numbers["current_at_max_abs"] = _scalar(b.flat[worst])
-        numbers["cosine"] = _cosine(a[finite], b[finite])
+        if base.size > 1:
+            # the cosine of two vectors of one element is their signs' product: 1.0 for 0.5 -> 0.97, so say none
+            numbers["cosine"] = _cosine(a[finite], b[finite])
+        else:
+            numbers["baseline_value"] = _scalar(a.flat[0]) if base.size else None
+            numbers["current_value"] = _scalar(b.flat[0]) if base.size else None
     numbers["max_ulp"] = _max_ulp(base, cur, nan_a | nan_b)
     return numbers
 
@@ -158,38 +163,71 @@ def check_output(name: str, baseline: Any | None, current: Any | None, policy: P
     a regression, and one that appeared is new. Precision has no improvement: closer to what is unknown."""
     metric = f"output:{name}"
 
-    def finding(verdict: str, numbers: dict[str, Any], message: str) -> Finding:
-        return Finding("precision", metric, verdict, numbers, f"{metric} {message}", gating=policy.active)
+    def finding(verdict: str, numbers: dict[str, Any], message: str, reason: str) -> Finding:
+        return decided("precision", metric, verdict, numbers, f"{metric} {message}", reason, gating=policy.active)
 
     if baseline is None:
         current = np.asarray(current)
-        return finding("new", _describe(current, "current"), f"is new {current.dtype}{list(current.shape)}")
+        return finding("new", _describe(current, "current"), f"is new {current.dtype}{list(current.shape)}",
+                       "no baseline output to compare with")
     base = np.asarray(baseline)
     if current is None:
-        return finding("regression", _describe(base, "baseline"), "disappeared")
+        return finding("regression", _describe(base, "baseline"), "disappeared",
+                       f"the baseline had it ({base.dtype}{list(base.shape)}), this run has no such output")
     cur = np.asarray(current)
     described = _describe(base, "baseline") | _describe(cur, "current")
+    dtype_note = f"dtype {base.dtype} -> {cur.dtype}" if base.dtype != cur.dtype else ""
     if base.shape != cur.shape:
-        return finding("regression", described, f"shape changed {list(base.shape)} -> {list(cur.shape)}")
+        return finding("regression", described, f"shape changed {list(base.shape)} -> {list(cur.shape)}",
+                       "an output's shape must not change" + (f"; {dtype_note} too" if dtype_note else ""))
     if dtype_family(base.dtype) != dtype_family(cur.dtype):
-        return finding("regression", described, f"dtype changed {base.dtype} -> {cur.dtype}")
+        return finding("regression", described, f"dtype changed {base.dtype} -> {cur.dtype}",
+                       f"an output's dtype family must not change ({dtype_family(base.dtype)} -> "
+                       f"{dtype_family(cur.dtype)})")
     rtol, atol = default_tolerance(base.dtype)
+    source = f"the {base.dtype} default"
+    if policy.rtol is not None or policy.atol is not None:
+        source = "the policy's"
     rtol = policy.rtol if policy.rtol is not None else rtol
     atol = policy.atol if policy.atol is not None else atol
     # never tighter than the workload's own run-to-run noise (DESIGN.md, "Comparisons": precision)
-    rtol = max(rtol, policy.noise_rtol)
+    if policy.noise_rtol > rtol:
+        rtol, source = policy.noise_rtol, "rtol raised to the calibrated run-to-run noise"
     numbers = described | compare_arrays(base, cur, rtol, atol)
     summary = _summary(numbers)
+    identical = summary == "identical"
+    rule = f"rtol={rtol:g} atol={atol:g} ({source})"
+    if numbers["elements"] == 1 and "baseline_value" in numbers:
+        summary = f"{_value_text(numbers['baseline_value'])} -> {_value_text(numbers['current_value'])}, {summary}"
+    if dtype_note:
+        summary += f", {dtype_note}"
     if numbers["mismatches"]:
         where = numbers["first_mismatch_index"]
         message = (
             f"{numbers['mismatches']}/{numbers['elements']} elements differ beyond rtol={rtol:g} atol={atol:g}, "
             f"first at {where}: {summary}"
         )
-        return finding("regression", numbers, message)
-    if base.dtype != cur.dtype:
-        summary += f", dtype {base.dtype} -> {cur.dtype}"
-    return finding("ok", numbers, f"within rtol={rtol:g} atol={atol:g}: {summary}")
+        reason = f"{numbers['mismatches']}/{numbers['elements']} elements beyond {rule}"
+        if numbers.get("baseline_at_max_abs") is not None:
+            reason += (f"; the largest difference {_value_text(numbers['baseline_at_max_abs'])} -> "
+                       f"{_value_text(numbers['current_at_max_abs'])} at {numbers.get('max_abs_index')}")
+        if dtype_note:
+            reason += f"; {dtype_note} (same family: compared by value)"
+        return finding("regression", numbers, message, reason)
+    if identical:
+        reason = "identical" if numbers["elements"] == 1 else f"all {numbers['elements']} elements identical"
+    else:
+        reason = f"within {rule}" if numbers["elements"] == 1 else f"all {numbers['elements']} elements within {rule}"
+        if numbers.get("max_ulp"):
+            reason += f", though {numbers['max_ulp']} ULP apart at most"
+    if dtype_note:
+        reason += f"; {dtype_note}: same family, compared by value at the baseline's tolerance"
+    return finding("ok", numbers, f"within rtol={rtol:g} atol={atol:g}: {summary}", reason)
+
+
+def _value_text(value: Any) -> str:
+    """One element for a message: floats in 6 significant digits."""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _describe(array: np.ndarray, side: str) -> dict[str, Any]:

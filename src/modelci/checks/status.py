@@ -16,7 +16,8 @@ def check_status(current: Result, baseline: Result | None, policy: Policy) -> Fi
             check="status",
             metric="status",
             verdict="new",
-            numbers={"current": current.status, "metrics": metrics, "outputs": outputs},
+            numbers={"current": current.status, "metrics": metrics, "outputs": outputs,
+                     "reason": "no baseline to compare with"},
             message=f"new: no baseline to compare with (status {current.status}, "
             f"{metrics} metric(s), {outputs} output(s))" + _reason(current),
             gating=gating,
@@ -31,6 +32,7 @@ def check_status(current: Result, baseline: Result | None, policy: Policy) -> Fi
     else:
         # both broken, in different ways: the baseline was already failing, so this is no new regression
         verdict, message = "ok", f"still not ok: {baseline.status} -> {current.status}" + _reason(current)
+    numbers["reason"] = message  # the message is the rule here: what the two statuses were
     return Finding("status", "status", verdict, numbers, message, gating=gating)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from modelci.checks.policy import Finding, Policy, json_number, skip_head
+from modelci.checks.policy import Finding, Policy, decided, json_number, number_text, skip_head
 
 #: below this many samples on a side the rank test cannot reach p < 0.05, so only the factor decides
 MIN_SAMPLES_FOR_TEST = 3
@@ -39,12 +39,18 @@ def compare_samples(
         "n_baseline": int(base.size),
         "n_current": int(cur.size),
         "factor": factor,
+        "alpha": alpha,
         "test": "mann-whitney-u",
     }
     if ratio is None:
-        return "same", numbers | {"test": "none: ratio undefined for negative medians"}
-    # "worse" is the ratio in the bad direction, so one threshold serves both directions
-    worse_ratio = ratio if lower_is_better else (1.0 / ratio if ratio else math.inf)
+        # a negative median (a log-likelihood, a score below zero) has no meaningful ratio: the change relative to
+        # the baseline's magnitude plays its part, in the direction of the difference (-10 -> -8 is up by 20%)
+        change = (cur_median - base_median) / abs(base_median) if base_median else math.copysign(math.inf, cur_median)
+        numbers["relative_change"] = json_number(change)
+        worse_ratio = max(1.0 + (change if lower_is_better else -change), 0.0)
+    else:
+        # "worse" is the ratio in the bad direction, so one threshold serves both directions
+        worse_ratio = ratio if lower_is_better else (1.0 / ratio if ratio else math.inf)
     direction = "worse" if worse_ratio > 1.0 else "better"
     if min(base.size, cur.size) < MIN_SAMPLES_FOR_TEST:
         numbers["test"] = "factor-only"
@@ -82,29 +88,32 @@ def check_timing(name: str, baseline: Sequence[float], current: Sequence[float],
     outcome, numbers = compare_samples(baseline, current, factor, policy.alpha, lower_is_better=lower)
     numbers["floor_s"] = floor = policy.tolerance if policy.tolerance is not None else policy.timing_floor_s
     numbers.update(dropped)
-    if abs(numbers["current_median"] - numbers["baseline_median"]) <= floor:
+    floored = abs(numbers["current_median"] - numbers["baseline_median"]) <= floor
+    if floored:
         outcome = "same"
     verdict = _VERDICTS[outcome]
     noisy = policy.noise_cv is not None and policy.noise_cv > policy.max_timing_cv
     numbers["noise_cv"] = policy.noise_cv
     words = {"worse": "slower" if lower else "worse", "better": "faster" if lower else "better",
-             "same": f"within {factor:g}x"}[outcome]
-    message = f"{name} {_ratio_text(numbers)} {words} ({_evidence(numbers)})"
+             "same": "ok"}[outcome]
+    reason = _rule(outcome, numbers, lower, "s", floor, "timing floor" if policy.tolerance is None else "tolerance")
     if noisy:
-        message += f"; too noisy to gate on timing (cv={policy.noise_cv:.3g} > {policy.max_timing_cv:g})"
+        reason += f"; too noisy to gate on timing (cv={policy.noise_cv:.3g} > {policy.max_timing_cv:g})"
     # one sample a side (setup time) has no spread to test against: report it, never gate on it
     few = numbers["test"] == "factor-only"
     if few and outcome != "same":
-        message += "; too few samples to gate"
-    return Finding("timing", name, verdict, numbers, message, gating=policy.active and not noisy and not few)
+        reason += "; too few samples to gate"
+    what = f"{name} {_ratio_text(numbers)} {words}"
+    return decided("timing", name, verdict, numbers, what, reason, gating=policy.active and not noisy and not few)
 
 
 def check_memory(name: str, baseline: Sequence[float], current: Sequence[float], policy: Policy) -> Finding:
     """Lower is better. Worse only past `memory_factor` and by more than `memory_floor_bytes`, and significant
     when each side has enough samples (usually there is one: peak memory barely varies)."""
     baseline, current, dropped = _skip(baseline, current, policy)
+    lower = not policy.higher_better(name)
     outcome, numbers = compare_samples(baseline, current, policy.factor(policy.memory_factor), policy.alpha,
-                                       lower_is_better=not policy.higher_better(name))
+                                       lower_is_better=lower)
     difference = numbers["current_median"] - numbers["baseline_median"]
     numbers["difference_bytes"] = difference
     numbers["floor_bytes"] = floor = policy.tolerance if policy.tolerance is not None else policy.memory_floor_bytes
@@ -112,12 +121,14 @@ def check_memory(name: str, baseline: Sequence[float], current: Sequence[float],
     # allocator rounding and page granularity move RSS by a few MiB on any change; that is not a regression
     if abs(difference) <= floor:
         outcome = "same"
-    words = {"worse": "more", "better": "less", "same": "within tolerance"}[outcome]
-    message = (
+    words = {"worse": "more", "better": "less", "same": "ok"}[outcome]
+    what = (
         f"{name} {_mib(difference)} {words} ({_mib(numbers['baseline_median'], sign=False)} -> "
-        f"{_mib(numbers['current_median'], sign=False)}, {_ratio_text(numbers)}; {_evidence(numbers)})"
+        f"{_mib(numbers['current_median'], sign=False)}, {_ratio_text(numbers)})"
     )
-    return Finding("memory", name, _VERDICTS[outcome], numbers, message, gating=policy.active)
+    reason = _rule(outcome, numbers, lower, "bytes", floor,
+                   "memory floor" if policy.tolerance is None else "tolerance")
+    return decided("memory", name, _VERDICTS[outcome], numbers, what, reason, gating=policy.active)
 
 
 def check_user_metric(name: str, baseline: Sequence[float], current: Sequence[float], policy: Policy) -> Finding:
@@ -134,12 +145,49 @@ def check_user_metric(name: str, baseline: Sequence[float], current: Sequence[fl
         numbers["tolerance"] = policy.tolerance
         if abs(numbers["current_median"] - numbers["baseline_median"]) <= policy.tolerance:
             outcome = "same"
-    message = (
-        f"{name} {numbers['baseline_median']:.6g} -> {numbers['current_median']:.6g} "
-        f"({outcome}, {_ratio_text(numbers)}; {_evidence(numbers)})"
-    )
+    what = f"{name} {numbers['baseline_median']:.6g} -> {numbers['current_median']:.6g} ({outcome})"
+    reason = _rule(outcome, numbers, not higher, "", policy.tolerance, "tolerance")
+    if policy.active and not policy.gate_user_metrics and outcome != "same":
+        reason += "; user metrics are report-only unless gate_user_metrics is set"
     gating = policy.active and policy.gate_user_metrics
-    return Finding("metric", name, _VERDICTS[outcome], numbers, message, gating=gating)
+    return decided("metric", name, _VERDICTS[outcome], numbers, what, reason, gating=gating)
+
+
+def _rule(outcome: str, numbers: dict[str, Any], lower: bool, unit: str, floor: float | None, floor_name: str) -> str:
+    """The rule that decided a comparison of samples, with its numbers: the floor, the factor or the test."""
+    ratio, factor, p_value, alpha = numbers["ratio"], numbers["factor"], numbers["p_value"], numbers["alpha"]
+    difference = numbers["current_median"] - numbers["baseline_median"]
+    signed = ("+" if difference > 0 else "") + number_text(difference, unit)
+    way = "lower" if lower else "higher"
+    if p_value is not None:
+        test = f"p={p_value:.2g} {'<' if p_value < alpha else '≥'} alpha {alpha:g}"
+    else:
+        test = f"{numbers['n_baseline']}/{numbers['n_current']} samples, too few for the rank test: factor only"
+    if ratio is None:
+        # a negative median: the relative change stands in for the ratio (see compare_samples)
+        change = numbers.get("relative_change")
+        shown = f"{change:+.1%}" if change is not None else "undefined"
+        numbers = numbers | {"ratio": None}
+        moved = f"change {shown} of |baseline| (a median is negative, so no ratio)"
+        if floor is not None and abs(difference) <= floor:
+            return f"difference {signed} within the {floor_name} of {number_text(floor, unit)} ({moved}, {test})"
+        if outcome in ("worse", "better"):
+            side = "bad" if outcome == "worse" else "good"
+            return f"{moved} beyond {factor - 1:.0%} the {side} way ({way} is better), {test}"
+        return f"{moved} within {factor - 1:.0%} or not significant ({test})"
+    if floor is not None and abs(difference) <= floor:
+        return (f"difference {signed} within the {floor_name} of {number_text(floor, unit)}, whatever the ratio "
+                f"({_ratio_text(numbers)}, {test})")
+    past = f"ratio {_ratio_text(numbers)} beyond the factor {factor:g}x"
+    beyond = f", difference {signed} beyond the {floor_name} of {number_text(floor, unit)}" if floor is not None else ""
+    if outcome == "worse":
+        return f"{past} the bad way ({way} is better), {test}{beyond}"
+    if outcome == "better":
+        return f"{past} the good way ({way} is better), {test}{beyond}"
+    bad = ratio if lower else (1.0 / ratio if ratio else math.inf)
+    if 1.0 / factor <= bad <= factor:
+        return f"ratio {_ratio_text(numbers)} within the factor {factor:g}x ({test})"
+    return f"{past} but not significant: {test}"
 
 
 _VERDICTS = {"worse": "regression", "better": "improvement", "same": "ok"}
@@ -159,13 +207,6 @@ def _skip(
 def _ratio_text(numbers: dict[str, Any]) -> str:
     """The median ratio as "2.03x"."""
     return f"{numbers['ratio']:.2f}x" if numbers["ratio"] is not None else "ratio undefined"
-
-
-def _evidence(numbers: dict[str, Any]) -> str:
-    """What backed the verdict: the p-value, or the sample counts when there were too few for the test."""
-    if numbers["p_value"] is not None:
-        return f"p={numbers['p_value']:.3g}"
-    return f"{numbers['test']}, n={numbers['n_baseline']}/{numbers['n_current']}"
 
 
 def _mib(value: float, sign: bool = True) -> str:

@@ -162,14 +162,15 @@ def render_compare(outcome: Any, out: Console) -> None:
     out.print(f"[bold]compare[/] A = {escape(outcome.a.target.label)} (env {outcome.a.environment.id}) · "
               f"B = {escape(outcome.b.target.label)} (env {outcome.b.environment.id})")
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("workload", "check", "metric", "A", "B", "ratio / error", "verdict"):
+    for column in ("workload", "check", "metric", "A", "B", "ratio / error", "verdict", "why"):
         table.add_column(column)
     for comparison in outcome.comparisons:
         for finding in comparison.findings:
             a, b, stat = _compare_cells(finding)
             gate = "" if finding.gating else " (report only)"
             table.add_row(escape(comparison.result.workload), finding.check, escape(finding.metric), a, b, stat,
-                          f"[{VERDICT_STYLE.get(finding.verdict, '')}]{finding.verdict}[/]{gate}")
+                          f"[{VERDICT_STYLE.get(finding.verdict, '')}]{finding.verdict}[/]{gate}",
+                          escape(finding.reason))
     out.print(table)
     render_problems(outcome.comparisons, out)
     from modelci.envs.diff import between  # issue 3, part 4: what changed besides the target
@@ -235,12 +236,26 @@ def _compare_cells(finding: Any) -> tuple[str, str, str]:
         parts = [f"{k}={n[k]:.3g}" for k in ("max_abs", "max_rel") if isinstance(n.get(k), (int, float))]
         if isinstance(n.get("max_ulp"), (int, float)):
             parts.append(f"ulp={n['max_ulp']:.0f}")
-        return "", "", " ".join(parts)
+        return _output_cell(n, "baseline"), _output_cell(n, "current"), " ".join(parts)
+    if finding.check == "metric":
+        return _fmt(n.get("baseline_median", n.get("baseline_value"))), _fmt(n.get("current_median",
+                                                                                 n.get("current_value"))), (
+            f"{n['ratio']:.3f}x" if isinstance(n.get("ratio"), (int, float)) else "")
     if finding.check == "curve":
         step = n.get("first_diverging_step")
         return (_fmt(n.get("final_baseline")), _fmt(n.get("final_current")),
                 f"diverges at step {step}" if step is not None else "")
     return "", "", ""
+
+
+def _output_cell(numbers: dict[str, Any], side: str) -> str:
+    """One side of an output: its value when it is a scalar, else its dtype and shape (float32[3, 4])."""
+    value = numbers.get(f"{side}_value")
+    dtype, shape = numbers.get(f"{side}_dtype"), numbers.get(f"{side}_shape")
+    described = f"{dtype}{list(shape)}" if dtype is not None and shape is not None else ""
+    if value is not None:
+        return f"{_fmt(value)} ({dtype})" if dtype else _fmt(value)
+    return escape(described)
 
 
 def render_history(points: Sequence[Any], metric: str, out: Console, total: int | None = None) -> None:

@@ -55,7 +55,8 @@ def result_entries(comparisons: list[Any]) -> list[dict[str, Any]]:
             "metrics": {name: {"kind": m.kind, "unit": m.unit, "median": m.median, "n": len(m.values)}
                         for name, m in result.metrics.items()},
             "findings": [{"check": f.check, "metric": f.metric, "verdict": f.verdict, "gating": f.gating,
-                          "message": f.message, "numbers": f.numbers} for f in comparison.findings],
+                          "message": f.message, "reason": f.reason, "numbers": f.numbers}
+                         for f in comparison.findings],
         })
     return entries
 

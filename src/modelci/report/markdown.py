@@ -41,6 +41,16 @@ def _problems(comparison: Any) -> str:
     return "<br>".join(parts)
 
 
+def _what(finding: Any) -> str:
+    """The message without the reason at its end, which has a column of its own."""
+    reason = finding.reason
+    if reason and finding.message == reason:
+        return ""
+    if reason and finding.message.endswith(f": {reason}"):
+        return finding.message[: -len(reason) - 2]
+    return finding.message
+
+
 def comparisons_table(comparisons: list[Any]) -> list[str]:
     """The workload table, failures first, and every finding's numbers folded under <details>."""
     lines = ["| workload | status | baseline | findings |", "|---|---|---|---|"]
@@ -53,10 +63,11 @@ def comparisons_table(comparisons: list[Any]) -> list[str]:
     details = []
     for comparison in ordered:
         rows = [f"| {VERDICT_ICON.get(f.verdict, '')} {f.verdict}{'' if f.gating else ' (report-only)'} | "
-                f"{cell(f.check)} | `{cell(f.metric)}` | {cell(f.message)} |" for f in comparison.findings]
+                f"{cell(f.check)} | `{cell(f.metric)}` | {cell(_what(f))} | {cell(f.reason)} |"
+                for f in comparison.findings]
         if rows:
-            details += [f"**{cell(comparison.result.workload)}**", "", "| verdict | check | metric | message |",
-                        "|---|---|---|---|", *rows, ""]
+            details += [f"**{cell(comparison.result.workload)}**", "", "| verdict | check | metric | finding | why |",
+                        "|---|---|---|---|---|", *rows, ""]
     if details:
         lines += ["", "<details><summary>All findings</summary>", "", *details, "</details>"]
     return lines
