@@ -10,12 +10,15 @@ from datetime import date, timedelta
 import numpy as np
 import pytest
 from alarm_history import History, timed
+from fakefw.framework import source
+from fakewheels import build_fake_wheel
 
 from modelci import calibrate, cli, workflow
 from modelci import config as config_module
 from modelci.alarms import changes, hooks, lifecycle, notify
 from modelci.errors import UserError
 from modelci.records import Result
+from modelci.store import Store
 from modelci.store.schema import utcnow
 
 SLOW = "suite/Slow"
@@ -285,7 +288,14 @@ def test_alarms_through_workflow_run_on_fakefw(fake_project):
     slow = workflow.run(cfg, str(fake_project.v11), suite, "Slow")
     assert [(e.event, e.alarm.check, e.alarm.metric) for e in slow.alarms.events] == [("open", "timing", "time.infer")]
     assert slow.alarms.events[0].alarm.target == "fakefw==1.1 (wheel " + slow.target.wheel_sha256[:8] + ")"
-    fixed = workflow.run(cfg, str(fake_project.v10), suite, "Slow")
+    # re-running the old release fixes nothing: it is judged against what came before it (nothing), not 1.1
+    older = workflow.run(cfg, str(fake_project.v10), suite, "Slow")
+    assert older.alarms.events == [] and older.comparisons[0].baseline is None
+    assert lifecycle.list_alarms(Store.from_config(cfg))[0].recovered is False
+    # a newer release as fast as 1.0 is the fix
+
+    v12 = build_fake_wheel(fake_project.wheels, "fakefw", "1.2", {"fakefw/__init__.py": source("1.2")})
+    fixed = workflow.run(cfg, str(v12), suite, "Slow")
     assert [e.event for e in fixed.alarms.events] == ["recovered"]
 
 

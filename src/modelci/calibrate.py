@@ -163,7 +163,7 @@ def with_noise(policy: Callable[[str], Any], noise: dict[str, NoiseEntry]) -> Ca
         if entry is None:
             return base
         changes: dict[str, Any] = {}
-        if entry.kind == "timing" and entry.cv is not None:
+        if entry.kind in ("timing", "memory") and entry.cv is not None:
             changes["noise_cv"] = entry.cv
         if entry.spread_rtol is not None and np.isfinite(entry.spread_rtol):
             changes["noise_rtol"] = max(base.noise_rtol, SPREAD_SAFETY * entry.spread_rtol)

@@ -58,6 +58,9 @@ class Comparison:
     result: Result
     baseline: Result | None
     findings: list[Any]
+    #: which rule chose the baseline, in words (modelci.baselines): the nearest earlier version or commit, the
+    #: compare's reference, or the latest by run time where no order is known
+    baseline_rule: str = ""
 
 
 @dataclass
@@ -203,12 +206,14 @@ def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloa
 
 def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
         reuse: bool = False, progress: Any = None, command: str = "", lock: str | None = None,
-        alarms: bool = True) -> RunOutcome:
+        alarms: bool = True, judge: bool = True, purpose: str = "", parent_run_id: int | None = None) -> RunOutcome:
     """Run the selected workloads against one target, store the run, and compare each result with its baseline.
 
     With `lock` (a lock file), the environment is rebuilt exactly from it, and the target may be None. Without
     `alarms`, the run is stored and judged but opens, updates and notifies no alarm: a bisect's probes of older
-    commits are not news, and a good probe must not mark the alarm being bisected as recovered.
+    commits are not news, and a good probe must not mark the alarm being bisected as recovered. Without `judge`
+    the run is stored and not compared with anything (no findings, no alarms): `compare` judges its sides itself.
+    A run that is part of another (`purpose`, `parent_run_id`: compare's confirmation runs) is stored as such.
     """
     from modelci.report.console import Progress
 
@@ -235,7 +240,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             from modelci import compat
             from modelci.alarms import hooks as alarm_hooks
             from modelci.store.schema import utcnow
-            preloading = _preload_checks(config, store, alarms)
+            preloading = _preload_checks(config, store, alarms) if judge else None
         with _timed(timings, "discovery"):
             found = executor.discover(suites)
         if preloading is not None:
@@ -266,7 +271,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                 outcome.run_id = store.ingest(
                     target=target, environment=env, runner=config.runner, results=results,
                     status="interrupted" if interrupted else "complete", suites=suite_specs, selection=pattern or "",
-                    command=command, started_at=started,
+                    command=command, started_at=started, purpose=purpose, parent_run_id=parent_run_id,
                 )
         if interrupted:
             raise Interrupted(outcome.run_id)
@@ -278,6 +283,9 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                                        threads=config.values.get("threads", 0), executor=executor)
         executor.close()
         fresh = {id(r) for r in results if not r.reused}
+        if not judge:
+            outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in results]
+            return outcome
         with _timed(timings, "checks"):
             outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
         # alarms after the run is stored, so that a failing notifier can never lose it (issue 5)
@@ -395,19 +403,34 @@ def policy_for(config: Config, store: Store, workload: str) -> Any:
 
 
 def evaluate(config: Config, store: Store, target: targets.Target, results: list[Result],
-             baselines: dict[str, Result | None] | None = None, store_for: set[int] | None = None) -> list[Comparison]:
-    """Compare each result with its baseline (given, or the default one from the history) and store the findings."""
+             baselines: dict[str, Result | None] | None = None, store_for: set[int] | None = None,
+             rule: str = "") -> list[Comparison]:
+    """Compare each result with its baseline (given, chosen by `rule`; or the one the history's target order
+    gives, modelci.baselines) and store the findings of the results in `store_for` (default: all stored ones)."""
+    from modelci import baselines as choosing
+
+    chooser = choosing.Chooser(target, getattr(config, "cache_dir", None))
     comparisons = []
     for result in results:
         if baselines is not None:
-            baseline = baselines.get(result.workload)
+            baseline, why = baselines.get(result.workload), rule
         else:
-            baseline = store.baseline(result.workload, config.runner, target)
+            baseline, why = store.choose_baseline(result.workload, config.runner, target, chooser)
         findings = checks.evaluate(result, baseline, policy_for(config, store, result.workload))
+        comparison = Comparison(result=result, baseline=baseline, findings=findings, baseline_rule=why)
+        note_baseline_rule(comparison)
         if result.id is not None and (store_for is None or id(result) in store_for):
             store.add_findings(result.id, baseline.id if baseline else None, findings)
-        comparisons.append(Comparison(result=result, baseline=baseline, findings=findings))
+        comparisons.append(comparison)
     return comparisons
+
+
+def note_baseline_rule(comparison: Comparison) -> None:
+    """Keep the rule that chose the baseline with the status finding, so the stored findings say it too."""
+    if comparison.baseline_rule:
+        for finding in comparison.findings:
+            if finding.check == "status":
+                finding.numbers["baseline_rule"] = comparison.baseline_rule
 
 
 def failed(outcome: RunOutcome) -> bool:
@@ -430,71 +453,109 @@ class CompareOutcome:
         """Whether B regresses against A."""
         return any(checks.regressed(c.findings) for c in self.comparisons)
 
+    @property
+    def alarms(self) -> Any:
+        """What the alarm step did with B's verdicts (alarms.hooks.AlarmReport), None when B measured nothing new."""
+        return self.b.alarms
+
 
 def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pattern: str | None = None, *,
-            rerun: bool = False, progress: Any = None, command: str = "", confirm: bool = True) -> CompareOutcome:
-    """Run (or reuse) both targets and judge B against A, workload by workload; with `confirm`, a timing verdict
-    stands only when a second, fresh pass over both sides agrees (see `confirm_timing`)."""
+            rerun: bool = False, progress: Any = None, command: str = "", confirm: bool = True,
+            alarms: bool = True) -> CompareOutcome:
+    """Run (or reuse) both targets and judge B against A, workload by workload; with `confirm`, a timing or memory
+    verdict stands only when a second, fresh pass over both sides agrees (see `confirm_verdicts`).
+
+    One verdict per finding: the sides are stored unjudged, B's findings are the compare's (after the
+    confirmation) and are stored with B's results, and only then does the alarm step see them, so an alarm opens
+    for exactly the gating regressions the compare reports. A, the reference, is not judged on its own here.
+    """
     from modelci.report.console import Progress
 
     progress = progress or Progress()
-    side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
-    side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command)
+    side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command,
+                 alarms=False, judge=False)
+    side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command,
+                 alarms=False, judge=False)
     baselines = {r.workload: r for r in side_a.results}
     store = _open_store(config)
-    comparisons = []
-    for result in side_b.results:
-        baseline = baselines.get(result.workload)
-        findings = checks.evaluate(result, baseline, policy_for(config, store, result.workload))
-        comparisons.append(Comparison(result=result, baseline=baseline, findings=findings))
+    rule = f"the compare's reference A = {side_a.target.label}"
+    comparisons = evaluate(config, store, side_b.target, side_b.results, baselines=baselines, store_for=set(),
+                           rule=rule)
     if confirm:
         for comparison in comparisons:
-            confirm_timing(config, store, spec_a, spec_b, suite_specs, comparison, progress, command)
+            confirm_verdicts(config, store, spec_a, spec_b, suite_specs, comparison, progress, command)
+    for comparison in comparisons:  # stored once final, with B's fresh results only (a reused one has its own)
+        result = comparison.result
+        if result.id is not None and not result.reused:
+            store.add_findings(result.id, comparison.baseline.id if comparison.baseline else None,
+                               comparison.findings)
+    side_b.comparisons = comparisons
+    if alarms and side_b.run_id is not None:
+        from modelci.alarms import hooks as alarm_hooks
+
+        with _timed(side_b.timings, "alarms"):
+            side_b.alarms = alarm_hooks.after_run(config, store, side_b)
     return CompareOutcome(a=side_a, b=side_b, comparisons=comparisons)
 
 
 #: the checks whose verdicts in `compare` are confirmed by a second pass over both sides
-CONFIRMED_CHECKS = ("timing",)
+CONFIRMED_CHECKS = ("timing", "memory")
 
 
-def confirm_timing(config: Config, store: Store, spec_a: str, spec_b: str, suite_specs: list[str],
-                   comparison: Comparison, progress: Any, command: str) -> None:
-    """Re-run one workload on both sides, B first, and keep a gating timing verdict only if the fresh pair agrees.
+def confirmable(finding: checks.Finding) -> bool:
+    """Whether a finding waits on a second pass: a timing or memory difference that gates, or a memory
+    difference that would gate but for too few samples (one peak per run: `checks.timing.check_memory`)."""
+    if finding.check not in CONFIRMED_CHECKS or finding.verdict not in ("regression", "improvement"):
+        return False
+    return finding.gating or bool(finding.numbers.get("needs_confirmation"))
+
+
+def confirm_verdicts(config: Config, store: Store, spec_a: str, spec_b: str, suite_specs: list[str],
+                     comparison: Comparison, progress: Any, command: str) -> None:
+    """Re-run one workload on both sides, B first, and keep a timing or memory verdict only if the fresh pair
+    agrees.
 
     The rank test compares the samples of one run of each side. Those samples share the load of the moment, so
     load that changed between the A run and the B run (another job started; the machine warmed up) looks like a
     significant difference: on a shared 2-core runner, two compares of torch 2.13 against 2.14 flagged different
     workloads (docs/zoo.md). Running the workload again in the order B, A makes the pair A B B A, so a trend
-    that favoured one side in the first pass favours the other in the second. The fresh runs are stored like any
-    run (without the alarm step), and the verdict's numbers keep both passes.
+    that favoured one side in the first pass favours the other in the second. Peak memory is one sample per run
+    and moves by about 10% between runs of paddle (docs/zoo.md), so its differences are confirmed the same way,
+    and gate only once confirmed. The fresh runs are stored as part of B's run (`purpose="confirmation"`), not
+    judged on their own; the verdict's numbers keep both passes, with the results of the second.
     """
-    flagged = [f for f in comparison.findings
-               if f.check in CONFIRMED_CHECKS and f.gating and f.verdict in ("regression", "improvement")]
+    flagged = [f for f in comparison.findings if confirmable(f)]
     if not flagged or comparison.baseline is None:
         return
     workload = comparison.result.workload
+    parent = comparison.result.id and store.run_of_result(comparison.result.id)
     progress.note(f"{workload}: {', '.join(f.metric for f in flagged)} differ; running both sides again to confirm")
     again = {}
     for side, spec in (("b", spec_b), ("a", spec_a)):
-        outcome = run(config, spec, suite_specs, workload, progress=progress, command=command, alarms=False)
+        outcome = run(config, spec, suite_specs, workload, progress=progress, command=command, alarms=False,
+                      judge=False, purpose="confirmation", parent_run_id=parent or None)
         again[side] = next((r for r in outcome.results if r.workload == workload), None)
     if again["a"] is None or again["b"] is None or again["a"].status != "ok" or again["b"].status != "ok":
         second: dict[str, checks.Finding] = {}
     else:
         second = {f.metric: f for f in checks.evaluate(again["b"], again["a"], policy_for(config, store, workload))
                   if f.check in CONFIRMED_CHECKS}
+    results = {side: (r.id if r is not None else None) for side, r in again.items()}
     flagged_ids = {id(f) for f in flagged}
     for index, finding in enumerate(comparison.findings):
         if id(finding) not in flagged_ids:
             continue
         check = second.get(finding.metric)
         confirmed = check is not None and check.verdict == finding.verdict
-        numbers = dict(finding.numbers, confirmation={"confirmed": confirmed, **(check.numbers if check else {})})
+        numbers = dict(finding.numbers, confirmation={"confirmed": confirmed, **(check.numbers if check else {}),
+                                                      "result_ids": results})
         if confirmed:
             message = f"{finding.message}; confirmed by a second run of both ({check.message})"
         else:
             seen = check.message if check else "the second run of both did not finish ok"
             message = f"{finding.message}; not confirmed by a second run of both ({seen}), so not counted"
+        # a confirmed difference gates as its check says, and a memory one that waited on the second pass gates now
+        gating = finding.gating or (confirmed and bool(finding.numbers.get("needs_confirmation")))
         comparison.findings[index] = checks.Finding(finding.check, finding.metric,
                                                     finding.verdict if confirmed else "ok", numbers, message,
-                                                    finding.gating)
+                                                    gating)

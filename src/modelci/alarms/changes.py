@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from sqlalchemy import case, func, select
 
 from modelci.checks.policy import Finding, Policy, json_number
-from modelci.store.schema import MetricRow, ResultRow, RunRow, TargetRow
+from modelci.store.schema import MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow
 
 if TYPE_CHECKING:  # ruptures and scipy.stats take seconds to import: only detection pays for them
     from modelci.checks import history
@@ -97,7 +97,8 @@ def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] 
                RunRow.target_id)
         .select_from(MetricRow).join(ResultRow, MetricRow.result_id == ResultRow.id)
         .join(RunRow, ResultRow.run_id == RunRow.id)
-        .where(ResultRow.status == "ok", RunRow.status == "complete", value.is_not(None))
+        .where(ResultRow.status == "ok", RunRow.status == "complete", value.is_not(None),
+               RunRow.id.not_in(select(RunLinkRow.run_id)))  # a confirmation run is part of the run it confirms
     )
     if runner:
         stmt = stmt.where(RunRow.runner == runner)

@@ -80,7 +80,8 @@ class Policy:
     curve_growth: float = 0.0
     #: floor from calibrate: a tolerance is never tighter than the measured run-to-run noise
     noise_rtol: float = 0.0
-    #: measured timing CV; above max_timing_cv timing is reported, not gated
+    #: measured run-to-run CV of the metric (calibrate): above max_timing_cv timing is reported, not gated; for
+    #: memory it is the noise floor of a one-sample comparison
     noise_cv: float | None = None
     max_timing_cv: float = 0.05
     #: timing differences of the medians below this many seconds never count: at sub-millisecond scale the

@@ -37,6 +37,9 @@ def main(args, cfg) -> int:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         return EXIT_INTERRUPTED
     views.render_compare(outcome, views.console())
+    from modelci.alarms import views as alarm_views
+
+    alarm_views.render_alarm_report(outcome.alarms, views.console())  # what the alarm step did with B's verdicts
     if args.json_path:
         json_report.write(args.json_path, json_report.compare_report(outcome))
     if args.junit:

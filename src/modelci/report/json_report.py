@@ -52,6 +52,8 @@ def result_entries(comparisons: list[Any]) -> list[dict[str, Any]]:
             "duration": result.duration,
             "isolation": result.info.get("isolation", ""),
             "baseline_result_id": comparison.baseline.id if comparison.baseline is not None else None,
+            # which rule chose the baseline: nearest earlier version or commit, the compare's A, or by run time
+            "baseline_rule": getattr(comparison, "baseline_rule", ""),
             "metrics": {name: {"kind": m.kind, "unit": m.unit, "median": m.median, "n": len(m.values)}
                         for name, m in result.metrics.items()},
             "findings": [{"check": f.check, "metric": f.metric, "verdict": f.verdict, "gating": f.gating,
@@ -61,10 +63,19 @@ def result_entries(comparisons: list[Any]) -> list[dict[str, Any]]:
     return entries
 
 
+def alarm_entries(report: Any) -> list[dict[str, Any]]:
+    """What the alarm step did with the run's verdicts: one entry per alarm opened, reopened or recovered."""
+    if report is None:
+        return []
+    return [{"event": e.event, "reopened": e.reopened, "id": e.alarm.id, "workload": e.alarm.workload,
+             "check": e.alarm.check, "metric": e.alarm.metric, "kind": e.alarm.kind, "message": e.alarm.message}
+            for e in report.events]
+
+
 def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
     """The report of `modelci run`."""
     return {"schema": SCHEMA, "kind": "run", "regressed": regressed, "run": run_section(outcome),
-            "results": result_entries(outcome.comparisons)}
+            "results": result_entries(outcome.comparisons), "alarms": alarm_entries(outcome.alarms)}
 
 
 def compare_report(outcome: Any) -> dict[str, Any]:
@@ -75,7 +86,7 @@ def compare_report(outcome: Any) -> dict[str, Any]:
     env_diff["targets"] = sorted({outcome.a.target.name, outcome.b.target.name})
     return {"schema": SCHEMA, "kind": "compare", "regressed": outcome.regressed, "run": run_section(outcome.b),
             "baseline_run": run_section(outcome.a), "results": result_entries(outcome.comparisons),
-            "environment_diff": env_diff}
+            "alarms": alarm_entries(outcome.alarms), "environment_diff": env_diff}
 
 
 def write(path: str | Path, report: dict[str, Any]) -> None:

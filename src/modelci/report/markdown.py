@@ -125,6 +125,7 @@ def compare_summary(outcome: Any) -> str:
         f"(run {outcome.b.run_id}) · runner `{cell(outcome.b.runner)}`",
         "",
         *comparisons_table(outcome.comparisons),
+        *_alarm_section(outcome, None),  # what the alarm step did with these verdicts, and nothing else
     ]
     return "\n".join(lines) + "\n"
 

@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from sqlalchemy import func, inspect, select
 from sqlalchemy.exc import DBAPIError
 
-from modelci.store.schema import EnvironmentRow, FindingRow, MetricRow, ResultRow, RunRow, TargetRow
+from modelci.store.schema import EnvironmentRow, FindingRow, MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow
 
 __all__ = ["History", "TargetInfo", "RunInfo", "ResultInfo", "Summary", "load_history", "run_details",
            "loss_curves", "run_signatures", "compat_table", "environments", "lock_diff", "environment_diff",
@@ -57,6 +57,9 @@ class RunInfo:
     modelci_version: str
     suites: list
     selection: str
+    #: a run stored as part of another (compare's confirmation runs): the run it belongs to, and why
+    parent_run_id: int | None = None
+    purpose: str = ""
 
 
 @dataclass(slots=True)
@@ -111,6 +114,33 @@ class History:
         for result in self.results:
             groups[result.run_id].append(result)
         return groups
+
+    def own_runs(self) -> list[RunInfo]:
+        """The runs of their own, by id: a confirmation run is part of the run it confirms, not an entry."""
+        return [run for run in self.runs.values() if not run.purpose]
+
+    def parts(self) -> dict[int, list[RunInfo]]:
+        """Run id -> the runs stored as part of it (its confirmation runs)."""
+        groups: dict[int, list[RunInfo]] = defaultdict(list)
+        for run in self.runs.values():
+            if run.purpose and run.parent_run_id is not None:
+                groups[run.parent_run_id].append(run)
+        return groups
+
+    def latest(self) -> dict[tuple[str, str], ResultInfo]:
+        """(workload, runner) -> its latest result in target order: the newest target's latest result, from runs
+        of their own. A release re-run after a newer one is history, not the latest status."""
+        latest: dict[tuple[str, str], ResultInfo] = {}
+        for result in self.results:  # ascending ids
+            run = self.runs[result.run_id]
+            if run.purpose:
+                continue
+            key = (result.workload, run.runner)
+            held = latest.get(key)
+            if held is None or (self.targets[run.target_id].rank >=
+                                self.targets[self.runs[held.run_id].target_id].rank):
+                latest[key] = result
+        return latest
 
     def runners(self) -> list[str]:
         """The runner labels, sorted."""
@@ -170,6 +200,11 @@ def load_history(store: Any) -> History:
             select(RunRow.id, RunRow.target_id, RunRow.environment_id, RunRow.runner, RunRow.status,
                    RunRow.started_at, RunRow.finished_at, RunRow.command, RunRow.modelci_version, RunRow.suites,
                    RunRow.selection).order_by(RunRow.id))}
+        if inspect(conn).has_table(RunLinkRow.__tablename__):  # a read-only history made before it lacks it
+            for run_id, parent, purpose in _rows(conn, select(RunLinkRow.run_id, RunLinkRow.parent_run_id,
+                                                              RunLinkRow.purpose)):
+                if run_id in runs:
+                    runs[run_id].parent_run_id, runs[run_id].purpose = parent, purpose or "confirmation"
         results = [ResultInfo(*row, {}) for row in _rows(conn, 
             select(ResultRow.id, ResultRow.run_id, ResultRow.workload, ResultRow.status, ResultRow.reason,
                    ResultRow.framework, ResultRow.domain, ResultRow.duration).order_by(ResultRow.id))]

@@ -85,7 +85,8 @@ def collect_alarms(store: Any) -> list[dict[str, Any]]:
     query = _alarm_query()
     if query is None:
         return []
-    keys = ("id", "workload", "runner", "check", "metric", "kind", "target", "message", "opened_at")
+    keys = ("id", "workload", "runner", "check", "metric", "kind", "target", "message", "opened_at", "recovered",
+            "last_target")
     rows = []
     for alarm in query(store):
         row = {key: getattr(alarm, key, None) for key in keys}
@@ -349,9 +350,8 @@ def plot_json(figures: list[dict[str, Any]]) -> str:
 def _index_context(history: History, slugs: dict[str, str], alarms: list[dict[str, Any]],
                    recent: int) -> dict[str, Any]:
     runners = history.runners()
-    latest: dict[tuple[str, str], ResultInfo] = {}
-    for result in history.results:  # ascending ids: the last one seen is the latest
-        latest[(result.workload, history.runs[result.run_id].runner)] = result
+    latest = history.latest()
+    previous = _previous_results(history)
     rows = []
     for workload in sorted(slugs):
         cells = []
@@ -361,21 +361,81 @@ def _index_context(history: History, slugs: dict[str, str], alarms: list[dict[st
                 cells.append(None)
                 continue
             run = history.runs[result.run_id]
-            cells.append({"status": display_status(result), "run_id": run.id,
-                          "target": history.targets[run.target_id].label, "reason": result.reason[:300]})
+            mine = [a for a in alarms if a.get("workload") == workload and a.get("runner") == runner]
+            cell = {"status": display_status(result), "run_id": run.id,
+                    "target": history.targets[run.target_id].label, "reason": result.reason[:300]}
+            cell.update(workload_state(cell, mine, previous.get((workload, runner)), history))
+            cells.append(cell)
         rows.append({"workload": workload, "slug": slugs[workload], "cells": cells})
     by_run = history.by_run()
+    parts = history.parts()
     runs = []
-    for run in sorted(history.runs.values(), key=lambda r: r.id, reverse=True)[:recent]:
+    # a confirmation run is part of the run it confirms: listed with it, never as a run of its own
+    for run in sorted(history.own_runs(), key=lambda r: r.id, reverse=True)[:recent]:
         results = by_run.get(run.id, [])
         counts: dict[str, int] = {}
         for result in results:
             counts[display_status(result)] = counts.get(display_status(result), 0) + 1
-        runs.append({"run": run, "target": history.targets[run.target_id].label, "counts": sorted(counts.items())})
+        runs.append({"run": run, "target": history.targets[run.target_id].label, "counts": sorted(counts.items()),
+                     "confirmations": [part.id for part in parts.get(run.id, [])]})
     return {"title": "modelci dashboard", "runners": runners, "rows": rows, "runs": runs,
             "alarms": alarms, "alarm_store": alarm_store_present(), "slugs": slugs,
-            "totals": {"runs": len(history.runs), "targets": len(history.targets), "workloads": len(slugs),
+            "totals": {"runs": len(history.own_runs()), "targets": len(history.targets), "workloads": len(slugs),
                        "results": len(history.results)}}
+
+
+#: the states of the index's matrix, by what a person should do: look at an alarm, at a regression no alarm
+#: covers (a report-only runner, a compare), note a recovery, or nothing
+STATES = ("open alarm", "regressed", "recovered", "ok")
+
+
+def workload_state(cell: dict[str, Any], alarms: list[dict[str, Any]], previous: ResultInfo | None,
+                   history: History) -> dict[str, str]:
+    """The state of one workload on one runner that a person should act on, with the target that caused it:
+
+    - `open alarm`: a live (open or acknowledged) alarm that has not recovered; the target it first fired on;
+    - `regressed` (or the failed status): the latest result in target order is not ok, or has a gating regression
+      (a compare's, or a report that no alarm covers); its target;
+    - `recovered`: an alarm recovered and no one resolved it yet, or the previous target's result was bad and
+      the latest is good; the target that recovered;
+    - `ok`: the latest target's result is good.
+    """
+    live = [a for a in alarms if not a.get("recovered") and str(a.get("state") or "open").split(",")[0]
+            in ("open", "acknowledged")]
+    if live:
+        first = min(live, key=lambda a: a.get("id") or 0)
+        more = f" (+{len(live) - 1})" if len(live) > 1 else ""
+        return {"state": "open alarm", "state_text": f"alarm #{first.get('id')}{more}",
+                "state_target": first.get("target") or cell["target"],
+                "state_detail": f"{first.get('check')}:{first.get('metric')}: {first.get('message') or ''}"[:300],
+                "state_class": "failed"}
+    if cell["status"] not in ("ok", "skipped"):
+        return {"state": "regressed", "state_text": cell["status"], "state_target": cell["target"],
+                "state_detail": cell["reason"], "state_class": cell["status"]}
+    recovered = [a for a in alarms if a.get("recovered")]
+    was_bad = previous is not None and display_status(previous) not in ("ok", "skipped")
+    if recovered or was_bad:
+        since = (f"after {history.targets[history.runs[previous.run_id].target_id].label} "
+                 f"({display_status(previous)})") if was_bad else f"alarm #{recovered[0].get('id')} recovered"
+        return {"state": "recovered", "state_text": "recovered", "state_target": cell["target"],
+                "state_detail": since, "state_class": "ok"}
+    return {"state": "ok", "state_text": cell["status"], "state_target": cell["target"], "state_detail": "",
+            "state_class": cell["status"]}
+
+
+def _previous_results(history: History) -> dict[tuple[str, str], ResultInfo]:
+    """(workload, runner) -> the latest result of the target before the latest one, in target order."""
+    by_key: dict[tuple[str, str], dict[int, ResultInfo]] = {}
+    for result in history.results:  # ascending ids: the last of a target is its latest
+        run = history.runs[result.run_id]
+        if not run.purpose:
+            by_key.setdefault((result.workload, run.runner), {})[run.target_id] = result
+    found = {}
+    for key, per_target in by_key.items():
+        ordered = sorted(per_target, key=lambda t: history.targets[t].rank)
+        if len(ordered) > 1:
+            found[key] = per_target[ordered[-2]]
+    return found
 
 
 def _workload_context(store: Any, history: History, workload: str, results: list[ResultInfo],

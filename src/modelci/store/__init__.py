@@ -35,6 +35,7 @@ from modelci.store.schema import (
     OutputRow,
     ResultRow,
     RunFingerprintRow,
+    RunLinkRow,
     RunRow,
     SchemaInfo,
     TargetRow,
@@ -192,8 +193,14 @@ class Store:
         selection: str = "",
         command: str = "",
         started_at: datetime | None = None,
+        purpose: str = "",
+        parent_run_id: int | None = None,
     ) -> int:
-        """Store a run and all its results in one transaction; sets each result's id; returns the run id."""
+        """Store a run and all its results in one transaction; sets each result's id; returns the run id.
+
+        A run made as part of another (`purpose="confirmation"`: `compare` re-running a workload to confirm a
+        verdict of `parent_run_id`) is stored with that link (schema.RunLinkRow), so readers can leave it out.
+        """
         if self.readonly:
             self.refuse_write()
         # blobs first: content-addressed, so a blob without a row is harmless, a row without a blob is not
@@ -211,6 +218,8 @@ class Store:
                 session.flush()
                 if environment.fingerprint and stored_fingerprint != environment.fingerprint:
                     session.add(RunFingerprintRow(run_id=run.id, fingerprint=environment.fingerprint))
+                if purpose:
+                    session.add(RunLinkRow(run_id=run.id, parent_run_id=parent_run_id, purpose=purpose))
                 ids = self._insert_results(session, run.id, results, digests)
                 for result, result_id in zip(results, ids):
                     result.id = result_id
@@ -297,19 +306,62 @@ class Store:
             outputs=LazyOutputs(self.artifacts, {o.name: o.sha256 for o in row.outputs}),
         )
 
-    def baseline(self, workload: str, runner: str, target: Any) -> Result | None:
-        """The latest good result of `workload` on `runner` with a different target (DESIGN.md, "baseline")."""
+    def baseline(self, workload: str, runner: str, target: Any, chooser: Any = None) -> Result | None:
+        """The result `workload` is judged against on `runner`: the nearest earlier target with a good result
+        where the targets' order is known, else the latest good result of another target (modelci.baselines)."""
+        return self.choose_baseline(workload, runner, target, chooser)[0]
+
+    def choose_baseline(self, workload: str, runner: str, target: Any,
+                        chooser: Any = None) -> tuple[Result | None, str]:
+        """The baseline of `workload` on `runner` for `target`, and the rule that chose it, in words."""
+        from modelci import baselines
+
+        chooser = chooser or baselines.Chooser(target)
+        chosen, rule = chooser.choose(self.baseline_candidates(workload, runner, target))
+        if chosen is None:
+            return None, rule
+        with self.sessions() as session:
+            return self.to_result(session.get(ResultRow, chosen.result_id)), rule
+
+    def baseline_candidates(self, workload: str, runner: str, target: Any) -> list[Any]:
+        """The good results of `workload` on `runner` with another target, the latest of each target, newest first:
+        complete runs that are runs of their own (a confirmation run belongs to the run it confirms)."""
+        from modelci.baselines import Candidate
+
         ident = target.identity()
         with self.sessions() as session:
             same = select(TargetRow.id).filter_by(**ident).scalar_subquery()
             stmt = (
-                select(ResultRow).join(RunRow)
+                select(ResultRow.id, RunRow.started_at, RunRow.target_id, TargetRow.kind, TargetRow.name,
+                       TargetRow.version, TargetRow.commit, TargetRow.wheel_sha256, TargetRow.spec)
+                .select_from(ResultRow).join(RunRow, ResultRow.run_id == RunRow.id)
+                .join(TargetRow, RunRow.target_id == TargetRow.id)
                 .where(ResultRow.workload == workload, ResultRow.status == "ok", RunRow.runner == runner,
-                       RunRow.status == "complete", RunRow.target_id.is_distinct_from(same))
-                .order_by(RunRow.started_at.desc(), ResultRow.id.desc()).limit(1)
+                       RunRow.status == "complete", RunRow.target_id.is_distinct_from(same),
+                       RunRow.id.not_in(select(RunLinkRow.run_id)))
+                .order_by(RunRow.started_at.desc(), ResultRow.id.desc())
             )
-            row = session.scalars(stmt).first()
-            return self.to_result(row) if row else None
+            found: dict[int, Candidate] = {}
+            for row in session.execute(stmt):
+                if row.target_id not in found:
+                    label = _label(row.kind, row.name, row.version or "", row.commit or "", row.wheel_sha256 or "",
+                                   row.spec)
+                    found[row.target_id] = Candidate(row.id, row.started_at, row.kind, row.name, row.version or "",
+                                                     row.commit or "", row.wheel_sha256 or "", label)
+            return list(found.values())
+
+    def run_of_result(self, result_id: int) -> int | None:
+        """The id of the run that holds a stored result."""
+        with self.sessions() as session:
+            return session.scalar(select(ResultRow.run_id).where(ResultRow.id == result_id))
+
+    def parts_of(self, run_ids: list[int] | None = None) -> dict[int, tuple[int | None, str]]:
+        """Run id -> (the run it is part of, why) for the runs stored as part of another (confirmation runs)."""
+        with self.sessions() as session:
+            stmt = select(RunLinkRow.run_id, RunLinkRow.parent_run_id, RunLinkRow.purpose)
+            if run_ids is not None:
+                stmt = stmt.where(RunLinkRow.run_id.in_(run_ids))
+            return {row.run_id: (row.parent_run_id, row.purpose) for row in session.execute(stmt)}
 
     def reusable(self, target: Any, environment_id: str, runner: str, workload: str, code_hash: str,
                  settings: dict[str, Any] | None = None) -> Result | None:
@@ -332,10 +384,12 @@ class Store:
             return None
 
     def run(self, run_id: str | int) -> StoredRun:
-        """A stored run by id, or the latest one for `latest`; an unknown id is a UserError."""
+        """A stored run by id, or the latest run of its own for `latest`; an unknown id is a UserError."""
         with self.sessions() as session:
             if str(run_id) == "latest":
-                row = session.scalars(select(RunRow).order_by(RunRow.id.desc()).limit(1)).first()
+                # the latest run of its own: a confirmation run is part of the run it confirms
+                row = session.scalars(select(RunRow).where(RunRow.id.not_in(select(RunLinkRow.run_id)))
+                                      .order_by(RunRow.id.desc()).limit(1)).first()
                 if row is None:
                     raise UserError(f"the history {self.url} holds no runs yet; start with `modelci run`")
             else:
@@ -356,9 +410,10 @@ class Store:
         return stored
 
     def runs(self, runner: str | None = None, limit: int = 20) -> list[RunRow]:
-        """The most recent runs, newest first."""
+        """The most recent runs of their own, newest first (a confirmation run is part of the run it confirms)."""
         with self.sessions() as session:
-            stmt = select(RunRow).order_by(RunRow.id.desc()).limit(limit)
+            stmt = (select(RunRow).where(RunRow.id.not_in(select(RunLinkRow.run_id)))
+                    .order_by(RunRow.id.desc()).limit(limit))
             if runner:
                 stmt = stmt.where(RunRow.runner == runner)
             return list(session.scalars(stmt))
@@ -374,24 +429,39 @@ class Store:
             return load_series(connection, workload, metric, runner)
 
     def workloads(self, runner: str | None = None) -> list[dict[str, Any]]:
-        """Each workload in the history with its latest status and run, for `modelci history`."""
+        """Each workload in the history with its latest status and run, for `modelci history`: the latest result of
+        its newest target in target order (a release re-run after a newer one is not the latest), from runs of
+        their own (confirmation runs are part of the run they confirm, and not counted)."""
+        from modelci.baselines import order_key
+
         with self.sessions() as session:
             stmt = (
                 select(ResultRow.workload, ResultRow.status, RunRow.id, RunRow.runner, TargetRow.name,
-                       TargetRow.version, TargetRow.kind, TargetRow.commit, TargetRow.wheel_sha256)
+                       TargetRow.version, TargetRow.kind, TargetRow.commit, TargetRow.wheel_sha256,
+                       TargetRow.commit_date, RunRow.target_id)
                 .join(RunRow, ResultRow.run_id == RunRow.id).join(TargetRow, RunRow.target_id == TargetRow.id)
-                .order_by(ResultRow.workload, RunRow.id.desc())
+                .where(RunRow.id.not_in(select(RunLinkRow.run_id)))
+                .order_by(ResultRow.workload, RunRow.id)
             )
             if runner:
                 stmt = stmt.where(RunRow.runner == runner)
-            latest: dict[str, dict[str, Any]] = {}
-            counts: dict[str, int] = {}
-            for row in session.execute(stmt):
-                counts[row.workload] = counts.get(row.workload, 0) + 1
-                latest.setdefault(row.workload, row._asdict())
-            for name, entry in latest.items():
-                entry["results"] = counts[name]
-            return list(latest.values())
+            rows = session.execute(stmt).all()
+        first_seen: dict[int, int] = {}
+        for row in sorted(rows, key=lambda r: r.id):
+            first_seen.setdefault(row.target_id, row.id)
+        latest: dict[str, Any] = {}
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row.workload] = counts.get(row.workload, 0) + 1
+            key = (order_key(row.version, row.commit_date, first_seen[row.target_id]), row.id)
+            if row.workload not in latest or key >= latest[row.workload][0]:
+                latest[row.workload] = (key, row)
+        entries = []
+        for name, (_, row) in sorted(latest.items()):
+            entry = {k: v for k, v in row._asdict().items() if k not in ("commit_date", "target_id")}
+            entry["results"] = counts[name]
+            entries.append(entry)
+        return entries
 
     # -- environments (issue 3: env lock / diff / consistency / check) ------------------------------
 
@@ -418,6 +488,18 @@ class Store:
             if runner:
                 stmt = stmt.where(RunRow.runner == runner)
             return [row._asdict() for row in session.execute(stmt)]
+
+
+def _label(kind: str, name: str, version: str, commit: str, wheel_sha256: str, spec: str) -> str:
+    """A stored target's short name, as targets.Target.label makes it."""
+    if kind == "current":
+        return "current"
+    text = f"{name}=={version}" if version else name if kind == "git" else spec
+    if commit:
+        text += f"@{commit[:10]}"
+    elif wheel_sha256:
+        text += f" (wheel {wheel_sha256[:8]})"
+    return text
 
 
 def _finding_dict(row: FindingRow) -> dict[str, Any]:

@@ -96,6 +96,22 @@ class RunFingerprintRow(Base):
     fingerprint: Mapped[dict] = mapped_column(JSON, default=dict)
 
 
+class RunLinkRow(Base):
+    """What a run is for, when it is part of another run: `compare` re-runs a workload on both sides to confirm a
+    verdict, and those confirmation runs belong to the run they confirm.
+
+    They are stored (a result is never lost) but are not runs of their own: the history's "latest status" and
+    "recent runs", the baselines and the change-point series leave them out, and they are not judged. An
+    additive table, as `run_fingerprints` is, so a history made before it gains it empty.
+    """
+
+    __tablename__ = "run_links"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    #: the run whose verdict this one confirms
+    parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"), nullable=True, index=True)
+    purpose: Mapped[str] = mapped_column(String(32), default="confirmation")
+
+
 class ResultRow(Base):
     """One workload's outcome in a run."""
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, overload
 from sqlalchemy import String, select, type_coerce
 from sqlalchemy.engine import Connection
 
-from modelci.store.schema import MetricRow, ResultRow, RunRow, TargetRow
+from modelci.store.schema import MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow
 
 #: the columns of a series, in the order of RunPoint's run fields
 _RUN_COLUMNS = ("run_id", "started_at", "runner", "target_id", "status", "median", "minimum", "maximum", "final", "n")
@@ -112,7 +112,8 @@ def load_series(connection: Connection, workload: str, metric: str, runner: str 
                MetricRow.minimum, MetricRow.maximum, MetricRow.final, MetricRow.n)
         .select_from(ResultRow).join(MetricRow, MetricRow.result_id == ResultRow.id)
         .join(RunRow, ResultRow.run_id == RunRow.id)
-        .where(ResultRow.workload == workload, MetricRow.name == metric)
+        .where(ResultRow.workload == workload, MetricRow.name == metric,
+               RunRow.id.not_in(select(RunLinkRow.run_id)))  # a confirmation run is part of the run it confirms
         .order_by(ResultRow.run_id)
     )
     if runner:

@@ -1,0 +1,274 @@
+"""One story across compare, history, alarms and the dashboard, on the fakefw wheels: an alarm opens only for what
+the run itself judged a gating regression, confirmation runs belong to the run they confirm, memory gates on
+evidence that survives noise, and baselines and the latest status follow the order of the targets."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from test_notify import WEBHOOK, Receiver
+
+from modelci import baselines, cli
+from modelci import config as config_module
+from modelci.alarms import lifecycle
+from modelci.checks import Policy
+from modelci.checks.timing import check_memory
+from modelci.report.site import generate_site
+from modelci.store import Store
+
+MiB = 2**20
+
+#: slow in the first process that runs it against fakefw 1.1 only: the first B run of a compare, not the
+#: confirmation's B run (a marker file beside the suite says it happened)
+TRANSIENT = """
+import pathlib, time
+import fakefw
+import modelci
+
+MARK = pathlib.Path(__file__).with_name("slowed-once")
+
+
+class Transient(modelci.Workload):
+    framework = "python"
+    requires = ["fakefw"]
+    steps = 5
+    repeats = 7
+    warmup = 1
+
+    def setup(self, ctx):
+        self.slow = fakefw.__version__ == "1.1" and not MARK.exists()
+        if self.slow:
+            MARK.write_text("slowed")
+
+    def train_step(self, ctx, step):
+        return 1.0 / (step + 1)
+
+    def infer(self, ctx):
+        time.sleep(0.05 if self.slow else 0.01)
+        return {"y": [1.0]}
+"""
+
+#: 1.1 holds 96 MiB more at its peak: in the first 1.1 process only (TRANSIENT_MEMORY) or in every one
+MEMORY = """
+import pathlib
+import fakefw
+import modelci
+
+MARK = pathlib.Path(__file__).with_name("grew-once")
+ONCE = {once}
+
+
+class Grows(modelci.Workload):
+    framework = "python"
+    requires = ["fakefw"]
+    steps = 3
+    repeats = 3
+
+    def setup(self, ctx):
+        grow = fakefw.__version__ == "1.1" and not (ONCE and MARK.exists())
+        if grow and ONCE:
+            MARK.write_text("grew")
+        self.held = b"x" * (96 * 2**20) if grow else b""
+
+    def train_step(self, ctx, step):
+        return 1.0 / (step + 1)
+
+    def infer(self, ctx):
+        return {{"y": [1.0]}}
+"""
+
+
+@pytest.fixture
+def receiver():
+    server = Receiver()
+    yield server
+    server.close()
+
+
+def _suite(root: Path, name: str, text: str) -> Path:
+    folder = root / name
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(text)
+    return folder
+
+
+def _with_webhook(project, receiver, monkeypatch) -> None:
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    toml = project.root / "modelci.toml"
+    toml.write_text(toml.read_text() + WEBHOOK)
+
+
+def _compare(project, capsys, *args: str) -> tuple[int, str, dict]:
+    capsys.readouterr()
+    report = project.root / "compare.json"
+    code = cli.main(["compare", str(project.v10), str(project.v11), *args, "--json", str(report)])
+    return code, capsys.readouterr().out, json.loads(report.read_text())
+
+
+def _row(console: str, metric: str) -> str:
+    return next(line for line in console.splitlines() if f" {metric} " in line)
+
+
+def test_a_timing_difference_the_confirmation_rejects_opens_no_alarm_and_says_ok(fake_project, receiver,
+                                                                                   monkeypatch, capsys):
+    _with_webhook(fake_project, receiver, monkeypatch)
+    suite = _suite(fake_project.root, "transient", TRANSIENT)
+    code, console, report = _compare(fake_project, capsys, "--suite", str(suite), "--rerun")
+
+    assert (suite / "slowed-once").exists()  # the first B run was slow ...
+    (entry,) = report["results"]
+    infer = next(f for f in entry["findings"] if f["metric"] == "time.infer")
+    assert infer["numbers"]["ratio"] > 2 and infer["numbers"]["confirmation"]["confirmed"] is False  # ... the second not
+    # one verdict everywhere: console, exit code, JSON, stored findings, alarms, notifications
+    assert code == 0 and not report["regressed"] and infer["verdict"] == "ok"
+    assert _row(console, "time.infer").rstrip().endswith("ok")
+    store = Store.from_config(config_module.load())
+    stored = store.run(report["run"]["id"]).results[0].info["findings"]
+    assert [f["verdict"] for f in stored if f["metric"] == "time.infer"] == ["ok"]
+    assert report["alarms"] == [] and lifecycle.list_alarms(store, states=lifecycle_states()) == []
+    assert receiver.posts == []
+    # the confirmation's two runs are stored as part of B's run, not as runs of their own
+    parts = store.parts_of()
+    assert sorted(parent for parent, _ in parts.values()) == [report["run"]["id"]] * 2
+    assert {run.id for run in store.runs()} == {report["run"]["id"], report["baseline_run"]["id"]}
+    site = fake_project.root / "site"
+    generate_site(store, site)
+    index = (site / "index.html").read_text()
+    recent = index[index.index('id="runs"'):]
+    assert len(re.findall(r'<tr>\s*<td><a href="runs/\d+.html">', recent)) == 2
+    assert "confirmed by" in recent and 'data-state="ok"' in index and "No open alarms" in index
+
+
+def lifecycle_states() -> list[str]:
+    return ["open", "acknowledged", "silenced", "resolved"]
+
+
+def test_a_confirmed_timing_regression_opens_one_alarm_with_both_passes_in_its_evidence(fake_project, receiver,
+                                                                                         monkeypatch, capsys):
+    _with_webhook(fake_project, receiver, monkeypatch)
+    code, console, report = _compare(fake_project, capsys, "--suite", str(fake_project.suite), "-k", "Slow")
+    assert code == 1 and report["regressed"]
+    assert "regression" in _row(console, "time.infer")
+    (alarm,) = lifecycle.list_alarms(Store.from_config(config_module.load()), states=lifecycle_states())
+    assert (alarm.workload, alarm.check, alarm.metric) == ("fakesuite/Slow", "timing", "time.infer")
+    first, second = alarm.numbers, alarm.numbers["confirmation"]
+    assert first["ratio"] > 1.5 and second["confirmed"] and second["ratio"] > 1.5
+    assert set(second["result_ids"]) == {"a", "b"} and all(second["result_ids"].values())
+    assert [a["id"] for a in report["alarms"]] == [alarm.id]
+    (post,) = receiver.posts
+    assert "fakesuite/Slow timing:time.infer" in post["text"]
+
+
+@pytest.mark.parametrize("once, verdict", [(True, "ok"), (False, "regression")])
+def test_a_memory_difference_gates_only_once_a_second_run_confirms_it(fake_project, capsys, once, verdict):
+    suite = _suite(fake_project.root, "grows", MEMORY.format(once=once))
+    code, console, report = _compare(fake_project, capsys, "--suite", str(suite), "--rerun")
+    (entry,) = report["results"]
+    peak = next(f for f in entry["findings"] if f["metric"] == "mem.peak_rss")
+    assert peak["numbers"]["difference_bytes"] > 64 * MiB  # the first pass saw B hold more either way
+    assert peak["numbers"]["confirmation"]["confirmed"] is (not once)
+    assert (peak["verdict"], peak["gating"], code) == (verdict, not once, 0 if once else 1)
+    alarms = lifecycle.list_alarms(Store.from_config(config_module.load()))
+    assert [(a.check, a.metric) for a in alarms] == ([] if once else [("memory", "mem.peak_rss")])
+
+
+def test_baselines_and_latest_status_follow_target_order(fake_project, capsys):
+    args = ["--suite", str(fake_project.suite), "-k", "[SP][tr]*"]  # Stable and Precision
+    assert cli.main(["compare", str(fake_project.v10), str(fake_project.v11), *args]) == 1  # Precision regressed
+    capsys.readouterr()
+    again_b = fake_project.root / "b.json"
+    assert cli.main(["run", "--target", str(fake_project.v11), *args, "--json", str(again_b)]) == 1
+    again_a = fake_project.root / "a.json"
+    assert cli.main(["run", "--target", str(fake_project.v10), *args, "--json", str(again_a)]) == 0
+    b, a = json.loads(again_b.read_text()), json.loads(again_a.read_text())
+
+    # B again: judged against 1.0, the version before it, and still regressed on Precision (it did regress)
+    by_workload = {e["workload"]: e for e in b["results"]}
+    precision = by_workload["fakesuite/Precision"]
+    assert "version order" in precision["baseline_rule"] and "fakefw==1.0" in precision["baseline_rule"]
+    assert any(f["metric"] == "output:scaled" and f["verdict"] == "regression" for f in precision["findings"])
+    # A again: nothing came before 1.0, so nothing to regress against (by run time, 1.1 would have been its base)
+    for entry in a["results"]:
+        assert entry["baseline_result_id"] is None and "no earlier version" in entry["baseline_rule"]
+        assert not any(f["verdict"] == "regression" for f in entry["findings"])
+    store = Store.from_config(config_module.load())
+    latest = {w["workload"]: w for w in store.workloads()}
+    assert {w["id"] for w in latest.values()} == {b["run"]["id"]}  # the newest target's latest run, not A's
+    site = fake_project.root / "site"
+    generate_site(store, site)
+    index = (site / "index.html").read_text()
+    cells = dict(re.findall(r'<a href="w/[^"]+">(fakesuite/\w+)</a></th>\s*<td class="status \w+" data-state="([^"]+)"',
+                            index))
+    assert cells == {"fakesuite/Precision": "open alarm", "fakesuite/Stable": "ok"}
+    (alarm,) = lifecycle.list_alarms(store)
+    assert alarm.target == "fakefw==1.1 (wheel " + alarm.target.split("(wheel ")[1]
+    assert f"alarm #{alarm.id}" in index and index.count("fakefw==1.1") >= 2
+
+
+def test_memory_on_one_sample_a_side_gates_only_with_a_calibrated_noise_floor():
+    base, grown = [300.0 * MiB], [333.0 * MiB]  # 1.11x, +33 MiB: paddle's run-to-run drift (docs/zoo.md)
+    alone = check_memory("mem.peak_rss", base, grown, Policy())
+    assert (alone.verdict, alone.gating, alone.numbers["needs_confirmation"]) == ("regression", False, True)
+    noisy = check_memory("mem.peak_rss", base, grown, Policy(noise_cv=0.05))  # calibrated: moves 5% a run
+    assert (noisy.verdict, noisy.gating) == ("ok", True) and "calibrated noise" in noisy.message
+    quiet = check_memory("mem.peak_rss", base, grown, Policy(noise_cv=0.01))
+    assert (quiet.verdict, quiet.gating) == ("regression", True)
+    repeated = check_memory("mem.peak_rss", base * 5, grown * 5, Policy())  # repeated samples: the rank test
+    assert (repeated.verdict, repeated.gating) == ("regression", True)
+    assert "needs_confirmation" not in repeated.numbers
+
+
+def _candidate(result_id: int, version: str, *, kind: str = "wheel", name: str = "fakefw", commit: str = "",
+               age_h: int = 0) -> baselines.Candidate:
+    started = datetime(2026, 1, 1, tzinfo=timezone.utc) - timedelta(hours=age_h)
+    return baselines.Candidate(result_id, started, kind, name, version, commit, "", f"{name}=={version}")
+
+
+def test_the_baseline_is_the_nearest_earlier_version_and_the_rule_is_said():
+    target = SimpleNamespace(kind="requirement", name="fakefw", version="1.1", commit=None, spec="fakefw==1.1",
+                             label="fakefw==1.1")
+    newest_first = [_candidate(3, "1.2"), _candidate(2, "1.0", age_h=1), _candidate(1, "0.9", age_h=2)]
+    chosen, rule = baselines.Chooser(target).choose(newest_first)
+    assert chosen.result_id == 2 and "nearest earlier version" in rule and "fakefw==1.0" in rule
+    chosen, rule = baselines.Chooser(target).choose([_candidate(3, "1.2")])
+    assert chosen is None and "no earlier version of fakefw than 1.1" in rule
+    rebuilt = [_candidate(4, "1.1", age_h=1), _candidate(5, "1.1", age_h=3)]  # other builds of the same version
+    chosen, rule = baselines.Chooser(target).choose(rebuilt)
+    assert chosen.result_id == 4 and "no order is known between builds" in rule
+    current = SimpleNamespace(kind="current", name="current", version=None, commit=None, spec="current",
+                              label="current")
+    chosen, rule = baselines.Chooser(current).choose(newest_first)
+    assert chosen.result_id == 3 and "no order is known for current" in rule and "by run time" in rule
+
+
+def test_the_baseline_of_a_commit_is_its_nearest_ancestor_with_a_good_result(tmp_path):
+    from modelci.gitrepo import GitRepo
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    shas = []
+    for n in range(4):
+        (repo / "f.txt").write_text(str(n))
+        subprocess.run([*git, "add", "f.txt"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", f"c{n}"], check=True)
+        shas.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    mirror = GitRepo(str(repo), tmp_path / "cache")
+    mirror.resolve("HEAD")
+    target = SimpleNamespace(kind="git", name="proj", version="0.1", commit=shas[2], spec="git+...", label="c2",
+                             repo=mirror.url)
+    # run order says c3 (newest run) and c0; the graph says c1 is the nearest earlier commit
+    found = [_candidate(9, "0.1", kind="git", name="proj", commit=shas[3]),
+             _candidate(1, "0.1", kind="git", name="proj", commit=shas[0], age_h=2),
+             _candidate(5, "0.1", kind="git", name="proj", commit=shas[1], age_h=1)]
+    chosen, rule = baselines.Chooser(target, tmp_path / "cache").choose(found)
+    assert chosen.result_id == 5 and "1 commit before" in rule and "commit graph" in rule
+    chosen, rule = baselines.Chooser(target, tmp_path / "cache").choose(found[:1])
+    assert chosen is None and "no earlier commit" in rule
