@@ -118,7 +118,20 @@ def render_run(outcome: Any, out: Console) -> None:
             _verdict_summary(comparison.findings),
         )
     out.print(table)
+    render_baseline_rules(outcome.comparisons, out)
     render_problems(outcome.comparisons, out)
+
+
+def render_baseline_rules(comparisons: list[Any], out: Console) -> None:
+    """Which rule chose the baselines (modelci.baselines): one line per rule, with how many workloads it served."""
+    rules: dict[str, int] = {}
+    for comparison in comparisons:
+        rule = getattr(comparison, "baseline_rule", "")
+        if rule:
+            rules[rule] = rules.get(rule, 0) + 1
+    for rule, count in rules.items():
+        what = f"{count} workloads" if count > 1 else "1 workload"
+        out.print(f"[dim]baseline ({what}): {escape(rule)}[/]")
 
 
 def _verdict_summary(findings: list[Any]) -> str:
