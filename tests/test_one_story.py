@@ -111,8 +111,12 @@ def _compare(project, capsys, *args: str) -> tuple[int, str, dict]:
     return code, capsys.readouterr().out, json.loads(report.read_text())
 
 
-def _row(console: str, metric: str) -> str:
-    return next(line for line in console.splitlines() if f" {metric} " in line)
+def _verdict(console: str, metric: str) -> str:
+    """The verdict cell of the compare table's row for `metric`."""
+    lines = console.splitlines()
+    header = [cell.strip() for cell in re.split("[│┃]", next(line for line in lines if "verdict" in line))]
+    row = next(line for line in lines if f" {metric} " in line)
+    return [cell.strip() for cell in re.split("[│┃]", row)][header.index("verdict")]
 
 
 def test_a_timing_difference_the_confirmation_rejects_opens_no_alarm_and_says_ok(fake_project, receiver,
@@ -127,7 +131,7 @@ def test_a_timing_difference_the_confirmation_rejects_opens_no_alarm_and_says_ok
     assert infer["numbers"]["ratio"] > 2 and infer["numbers"]["confirmation"]["confirmed"] is False  # ... the second not
     # one verdict everywhere: console, exit code, JSON, stored findings, alarms, notifications
     assert code == 0 and not report["regressed"] and infer["verdict"] == "ok"
-    assert _row(console, "time.infer").rstrip().endswith("ok")
+    assert _verdict(console, "time.infer") == "ok"
     store = Store.from_config(config_module.load())
     stored = store.run(report["run"]["id"]).results[0].info["findings"]
     assert [f["verdict"] for f in stored if f["metric"] == "time.infer"] == ["ok"]
@@ -154,7 +158,7 @@ def test_a_confirmed_timing_regression_opens_one_alarm_with_both_passes_in_its_e
     _with_webhook(fake_project, receiver, monkeypatch)
     code, console, report = _compare(fake_project, capsys, "--suite", str(fake_project.suite), "-k", "Slow")
     assert code == 1 and report["regressed"]
-    assert "regression" in _row(console, "time.infer")
+    assert _verdict(console, "time.infer") == "regression"
     (alarm,) = lifecycle.list_alarms(Store.from_config(config_module.load()), states=lifecycle_states())
     assert (alarm.workload, alarm.check, alarm.metric) == ("fakesuite/Slow", "timing", "time.infer")
     first, second = alarm.numbers, alarm.numbers["confirmation"]

@@ -549,11 +549,14 @@ def confirm_verdicts(config: Config, store: Store, spec_a: str, spec_b: str, sui
         confirmed = check is not None and check.verdict == finding.verdict
         numbers = dict(finding.numbers, confirmation={"confirmed": confirmed, **(check.numbers if check else {}),
                                                       "result_ids": results})
+        first = finding.numbers.get("reason", "")
         if confirmed:
             message = f"{finding.message}; confirmed by a second run of both ({check.message})"
+            numbers["reason"] = f"{first}; confirmed by a second run of both ({check.numbers.get('reason', '')})"
         else:
             seen = check.message if check else "the second run of both did not finish ok"
             message = f"{finding.message}; not confirmed by a second run of both ({seen}), so not counted"
+            numbers["reason"] = f"not confirmed by a second run of both ({seen}), so not counted; first pass: {first}"
         # a confirmed difference gates as its check says, and a memory one that waited on the second pass gates now
         gating = finding.gating or (confirmed and bool(finding.numbers.get("needs_confirmation")))
         comparison.findings[index] = checks.Finding(finding.check, finding.metric,
