@@ -187,8 +187,11 @@ def test_baselines_and_latest_status_follow_target_order(fake_project, capsys):
     assert cli.main(["compare", str(fake_project.v10), str(fake_project.v11), *args]) == 1  # Precision regressed
     capsys.readouterr()
     again_b = fake_project.root / "b.json"
-    assert cli.main(["run", "--target", str(fake_project.v11), *args, "--json", str(again_b)]) == 1
+    markdown = fake_project.root / "b.md"
+    assert cli.main(["run", "--target", str(fake_project.v11), *args, "--json", str(again_b),
+                     "--markdown", str(markdown)]) == 1
     assert "baseline (2 workloads): nearest earlier version with a good result: fakefw==1.0" in capsys.readouterr().out
+    assert "- baseline of 2 workloads: nearest earlier version with a good result: fakefw==1.0" in markdown.read_text()
     again_a = fake_project.root / "a.json"
     assert cli.main(["run", "--target", str(fake_project.v10), *args, "--json", str(again_a)]) == 0
     b, a = json.loads(again_b.read_text()), json.loads(again_a.read_text())

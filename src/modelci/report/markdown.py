@@ -95,6 +95,18 @@ def _alarm_section(outcome: Any, events: list[Any] | None) -> list[str]:
     return lines
 
 
+def _baseline_rules(comparisons: list[Any]) -> list[str]:
+    """Which rule chose the baselines (modelci.baselines), one bullet per rule with how many workloads it served."""
+    rules: dict[str, int] = {}
+    for comparison in comparisons:
+        rule = getattr(comparison, "baseline_rule", "")
+        if rule:
+            rules[rule] = rules.get(rule, 0) + 1
+    if not rules:
+        return []
+    return ["", *[f"- baseline of {n} workload{'s' * (n > 1)}: {cell(rule)}" for rule, n in rules.items()]]
+
+
 def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
     """The summary of `modelci run`: verdict, target, runner, the workload table and the alarm events."""
     bad = any(_failed(c) for c in outcome.comparisons)
@@ -110,6 +122,7 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
         "",
         *comparisons_table(outcome.comparisons),
+        *_baseline_rules(outcome.comparisons),
         *_alarm_section(outcome, events),
     ]
     return "\n".join(lines) + "\n"

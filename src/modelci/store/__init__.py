@@ -331,24 +331,28 @@ class Store:
         ident = target.identity()
         with self.sessions() as session:
             same = select(TargetRow.id).filter_by(**ident).scalar_subquery()
-            stmt = (
-                select(ResultRow.id, RunRow.started_at, RunRow.target_id, TargetRow.kind, TargetRow.name,
-                       TargetRow.version, TargetRow.commit, TargetRow.wheel_sha256, TargetRow.spec)
+            # the latest good result of each other target, grouped in the database: one row per target, however
+            # long the history (result ids grow with the runs that hold them)
+            latest = (
+                select(func.max(ResultRow.id).label("result_id"))
                 .select_from(ResultRow).join(RunRow, ResultRow.run_id == RunRow.id)
-                .join(TargetRow, RunRow.target_id == TargetRow.id)
                 .where(ResultRow.workload == workload, ResultRow.status == "ok", RunRow.runner == runner,
                        RunRow.status == "complete", RunRow.target_id.is_distinct_from(same),
                        RunRow.id.not_in(select(RunLinkRow.run_id)))
+                .group_by(RunRow.target_id)
+            )
+            stmt = (
+                select(ResultRow.id, RunRow.started_at, TargetRow.kind, TargetRow.name, TargetRow.version,
+                       TargetRow.commit, TargetRow.wheel_sha256, TargetRow.spec)
+                .select_from(ResultRow).join(RunRow, ResultRow.run_id == RunRow.id)
+                .join(TargetRow, RunRow.target_id == TargetRow.id)
+                .where(ResultRow.id.in_(latest))
                 .order_by(RunRow.started_at.desc(), ResultRow.id.desc())
             )
-            found: dict[int, Candidate] = {}
-            for row in session.execute(stmt):
-                if row.target_id not in found:
-                    label = _label(row.kind, row.name, row.version or "", row.commit or "", row.wheel_sha256 or "",
-                                   row.spec)
-                    found[row.target_id] = Candidate(row.id, row.started_at, row.kind, row.name, row.version or "",
-                                                     row.commit or "", row.wheel_sha256 or "", label)
-            return list(found.values())
+            return [Candidate(row.id, row.started_at, row.kind, row.name, row.version or "", row.commit or "",
+                              row.wheel_sha256 or "", _label(row.kind, row.name, row.version or "", row.commit or "",
+                                                             row.wheel_sha256 or "", row.spec))
+                    for row in session.execute(stmt)]
 
     def run_of_result(self, result_id: int) -> int | None:
         """The id of the run that holds a stored result."""
