@@ -1,7 +1,8 @@
 """The command line: parse, load the config, call one command, turn what it returns into an exit code.
 
 Exit codes (DESIGN.md, "Conventions"): 0 no regression; 1 regression or failure found; 2 usage or
-configuration error; 3 the harness itself could not run; 130 interrupted (what finished is stored).
+configuration error; 3 the harness itself could not run; 128 + the signal's number when cancelled: 130 by
+SIGINT (Ctrl-C), 143 by SIGTERM, 129 by SIGHUP (what finished is stored, marked interrupted; `cancel`).
 A UserError is shown as its message, without a traceback; any other exception is a bug and shows one.
 """
 
@@ -45,22 +46,25 @@ def main(argv: list[str] | None = None) -> int:
     args.command_line = "modelci " + " ".join(shlex.quote(a) for a in argv)
     from rich.markup import escape
 
+    from modelci import cancel
     from modelci import config as config_module
     from modelci.errors import UserError
     from modelci.report.console import console
 
+    cancel.install()
     try:
         cli_values = {"db": args.db}
         for name in ("runner", "timeout", "repeats"):
             cli_values[name] = getattr(args, name, None)
         cfg = config_module.load(cli=cli_values, config_file=args.config)
-        return modules[args.command].main(args, cfg)
+        code = modules[args.command].main(args, cfg)
+        return cancel.exit_code() if code == EXIT_INTERRUPTED else code
     except UserError as exc:
         console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}")
         return exc.exit_code
     except KeyboardInterrupt:
-        console(stderr=True).print("[yellow]interrupted[/]")
-        return EXIT_INTERRUPTED
+        console(stderr=True).print(f"[yellow]interrupted ({cancel.signal_name()})[/]")
+        return cancel.exit_code()
 
 
 def entry() -> None:

@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import modelci
-from modelci import builds, checks, envs, targets
+from modelci import builds, cancel, checks, envs, targets
 from modelci.config import Config
 from modelci.errors import UserError
 from modelci.execute import forked, local
@@ -44,11 +44,19 @@ UNDECLARED_NEEDS = {"paddlepaddle": ["setuptools"], "paddlepaddle-gpu": ["setupt
 
 
 class Interrupted(Exception):
-    """Ctrl-C during a run: what finished is stored, marked interrupted."""
+    """A run cancelled (Ctrl-C, SIGTERM, SIGHUP: `cancel`): what finished is stored, marked interrupted.
 
-    def __init__(self, run_id: int | None):
-        super().__init__(f"interrupted; run {run_id} stored as interrupted" if run_id else "interrupted")
+    `outcome`, when the run got as far as executing workloads, holds what finished (without findings), so that
+    the command can still write its report files for it, marked interrupted.
+    """
+
+    def __init__(self, run_id: int | None, outcome: RunOutcome | None = None):
+        from modelci import cancel
+
+        how = f"interrupted by {cancel.signal_name()}"
+        super().__init__(f"{how}; run {run_id} stored as interrupted" if run_id else how)
         self.run_id = run_id
+        self.outcome = outcome
 
 
 @dataclass
@@ -77,6 +85,8 @@ class RunOutcome:
     alarms: Any = None
     #: seconds per step of the harness (environment, discovery, execute, ingest, compat, checks, alarms, ...)
     timings: dict[str, float] = field(default_factory=dict)
+    #: True when the run was cancelled: `comparisons` hold what finished, not judged
+    interrupted: bool = False
 
     @property
     def results(self) -> list[Result]:
@@ -267,35 +277,58 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         outcome.reused = reused
         started = utcnow()
         if results and (interrupted or len(results) > reused):
-            with _timed(timings, "ingest"):
+            # a signal that arrives while the run is stored waits for the transaction to end (`cancel.deferred`)
+            with _timed(timings, "ingest"), cancel.deferred():
                 outcome.run_id = store.ingest(
                     target=target, environment=env, runner=config.runner, results=results,
                     status="interrupted" if interrupted else "complete", suites=suite_specs, selection=pattern or "",
                     command=command, started_at=started, purpose=purpose, parent_run_id=parent_run_id,
                 )
         if interrupted:
-            raise Interrupted(outcome.run_id)
+            raise Interrupted(outcome.run_id, _unjudged(outcome, results))
         # saved models become compat records while the scratch folder still holds them (issue 6); their inputs
         # are made in a fork of the run's warm worker, which is stopped only then (issue 9)
-        with _timed(timings, "compat"):
-            compat.record_saved_models(store, target, env, results, seed=config.seed, suites=suites,
-                                       workloads=workloads, scratch=scratch, runner=config.runner,
-                                       threads=config.values.get("threads", 0), executor=executor)
-        executor.close()
-        fresh = {id(r) for r in results if not r.reused}
-        if not judge:
-            outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in results]
-            return outcome
-        with _timed(timings, "checks"):
-            outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
-        # alarms after the run is stored, so that a failing notifier can never lose it (issue 5)
-        if alarms:
-            with _timed(timings, "alarms"):
-                outcome.alarms = alarm_hooks.after_run(config, store, outcome)
+        try:
+            _after_ingest(config, store, target, env, results, suites, workloads, scratch, executor, outcome, alarms,
+                          judge)
+        except KeyboardInterrupt:  # the run is stored; what is left (compat, checks, alarms) is skipped
+            raise Interrupted(outcome.run_id, _unjudged(outcome, results)) from None
         return outcome
     finally:
         executor.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _unjudged(outcome: RunOutcome, results: list[Result]) -> RunOutcome:
+    """The outcome of a cancelled run: what finished, with no baseline or findings, marked interrupted."""
+    outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in results]
+    outcome.interrupted = True
+    return outcome
+
+
+def _after_ingest(config: Config, store: Store, target: targets.Target, env: envs.Environment,
+                  results: list[Result], suites: dict[str, Path], workloads: list[WorkloadInfo], scratch: Path,
+                  executor: forked.Executor, outcome: RunOutcome, alarms: bool, judge: bool) -> None:
+    """The steps after the run is stored: compat records, the checks (unless not `judge`), the alarm step."""
+    from modelci import compat
+    from modelci.alarms import hooks as alarm_hooks
+
+    timings = outcome.timings
+    with _timed(timings, "compat"):
+        compat.record_saved_models(store, target, env, results, seed=config.seed, suites=suites,
+                                   workloads=workloads, scratch=scratch, runner=config.runner,
+                                   threads=config.values.get("threads", 0), executor=executor)
+    executor.close()
+    fresh = {id(r) for r in results if not r.reused}
+    if not judge:
+        outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in results]
+        return
+    with _timed(timings, "checks"):
+        outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
+    # alarms after the run is stored, so that a failing notifier can never lose it (issue 5)
+    if alarms:
+        with _timed(timings, "alarms"):
+            outcome.alarms = alarm_hooks.after_run(config, store, outcome)
 
 
 def _preload_checks(config: Config, store: Store, alarms: bool) -> threading.Thread | None:

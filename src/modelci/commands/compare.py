@@ -29,6 +29,9 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.report import json_report
 
+    from modelci.commands.run import prepare_report_files
+
+    prepare_report_files(args)
     try:
         outcome = workflow.compare(cfg, args.a, args.b, args.suite or cfg.suites, args.pattern, rerun=args.rerun,
                                    progress=views.Progress(quiet=args.quiet), command=args.command_line,

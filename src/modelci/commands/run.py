@@ -65,25 +65,32 @@ def main(args, cfg) -> int:
     from modelci.envs import pipconfig
 
     pipconfig.prefetch()  # pip answers while the imports below run
-    from modelci import workflow
+    from modelci import cancel, workflow
     from modelci.report import console as views
     from modelci.report import json_report
 
     spec = target_spec(args)
     chain = bisect_plan(args, spec)
+    prepare_report_files(args)
     try:
         outcome = workflow.run(cfg, spec, args.suite or cfg.suites, args.pattern, reuse=args.reuse,
                                progress=views.Progress(quiet=args.quiet), command=args.command_line,
                                lock=args.lock)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
+        if exc.outcome is not None:  # the report files say what finished, marked interrupted
+            with cancel.deferred():
+                if args.json_path:
+                    json_report.write(args.json_path, json_report.run_report(exc.outcome, True))
+                _write_report_files(args, exc.outcome)
         return EXIT_INTERRUPTED
     views.render_run(outcome, views.console())
     bad = workflow.failed(outcome)
     report = json_report.run_report(outcome, bad)
-    if args.json_path:
-        json_report.write(args.json_path, report)
-    _write_report_files(args, outcome)
+    with cancel.deferred():
+        if args.json_path:
+            json_report.write(args.json_path, report)
+        _write_report_files(args, outcome)
     if chain is not None:
         try:
             bisects = _bisect_alarms(args, cfg, outcome, chain)
@@ -142,6 +149,14 @@ def _bisect_alarms(args, cfg, outcome, chain: dict) -> list:
         style = "yellow" if item.error or item.result.status != "found" else "bold red"
         out.print(f"[magenta]alarm {ids} bisected[/] {escape(item.workload)}: [{style}]{escape(item.summary)}[/]")
     return bisects
+
+
+def prepare_report_files(args) -> None:
+    """Check before the run that --json, --junit and --markdown can be written, and remove older files there
+    (report.files.prepare), shared with `compare`."""
+    from modelci.report import files
+
+    files.prepare({"--json": args.json_path, "--junit": args.junit, "--markdown": args.markdown})
 
 
 def _write_report_files(args, outcome) -> None:

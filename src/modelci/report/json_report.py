@@ -74,8 +74,9 @@ def alarm_entries(report: Any) -> list[dict[str, Any]]:
 
 def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
     """The report of `modelci run`."""
-    return {"schema": SCHEMA, "kind": "run", "regressed": regressed, "run": run_section(outcome),
-            "results": result_entries(outcome.comparisons), "alarms": alarm_entries(outcome.alarms)}
+    return {"schema": SCHEMA, "kind": "run", "regressed": regressed, "interrupted": outcome.interrupted,
+            "run": run_section(outcome), "results": result_entries(outcome.comparisons),
+            "alarms": alarm_entries(outcome.alarms)}
 
 
 def compare_report(outcome: Any) -> dict[str, Any]:
@@ -91,4 +92,6 @@ def compare_report(outcome: Any) -> dict[str, Any]:
 
 def write(path: str | Path, report: dict[str, Any]) -> None:
     """Write a report as JSON."""
-    Path(path).write_text(json.dumps(_clean(report), indent=2, default=str) + "\n")
+    from modelci.report import files
+
+    files.write_text(path, json.dumps(_clean(report), indent=2, default=str) + "\n")

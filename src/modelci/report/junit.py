@@ -8,6 +8,7 @@ listed in its system-out and never fail it.
 
 from __future__ import annotations
 
+import re
 import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
@@ -85,10 +86,14 @@ def suite_xml(name: str, comparisons: list[Any], properties: dict[str, Any]) -> 
 
 
 def run_xml(outcome: Any) -> ET.Element:
-    """The JUnit XML of `modelci run`."""
+    """The JUnit XML of `modelci run`; a cancelled run says so in its name and an `interrupted` property."""
     properties = {"run_id": outcome.run_id, "target": outcome.target.label, "runner": outcome.runner,
                   "environment": outcome.environment.id}
-    return suite_xml(f"modelci run {outcome.target.label} on {outcome.runner}", outcome.comparisons, properties)
+    name = f"modelci run {outcome.target.label} on {outcome.runner}"
+    if getattr(outcome, "interrupted", False):
+        properties["interrupted"] = "true"
+        name += " (interrupted: only the workloads that finished, not compared)"
+    return suite_xml(name, outcome.comparisons, properties)
 
 
 def compare_xml(outcome: Any) -> ET.Element:
@@ -99,7 +104,26 @@ def compare_xml(outcome: Any) -> ET.Element:
     return suite_xml(name, outcome.comparisons, properties)
 
 
+#: what XML 1.0 cannot hold, even escaped: control characters other than tab, newline and carriage return,
+#: surrogates (a file name that is not UTF-8 decodes to them) and U+FFFE/U+FFFF
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    """`text` with every character XML cannot hold written as a visible escape (`\\x1b`), so that a workload's
+    message with a terminal colour code or a NUL still gives a well-formed file."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
+
+
 def write(path: str | Path, root: ET.Element) -> None:
-    """Write the XML with a declaration, indented."""
+    """Write the XML with a declaration, indented, every text and attribute made well-formed (`xml_text`)."""
+    from modelci.report import files
+
+    for element in root.iter():
+        if element.text:
+            element.text = xml_text(element.text)
+        for key, value in element.attrib.items():
+            element.set(key, xml_text(value))
     ET.indent(root)
-    ET.ElementTree(root).write(Path(path), encoding="utf-8", xml_declaration=True)
+    files.write_bytes(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))

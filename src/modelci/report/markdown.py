@@ -111,6 +111,8 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
     """The summary of `modelci run`: verdict, target, runner, the workload table and the alarm events."""
     bad = any(_failed(c) for c in outcome.comparisons)
     verdict = "❌ regression or failure" if bad else "✅ no regression"
+    if getattr(outcome, "interrupted", False):
+        verdict = "⚠️ interrupted: only the workloads that finished, not compared"
     counts: dict[str, int] = {}
     for comparison in outcome.comparisons:
         counts[comparison.result.status] = counts.get(comparison.result.status, 0) + 1
@@ -150,4 +152,6 @@ def alarms_summary(events: list[Any]) -> str:
 
 def write(path: str | Path, text: str) -> None:
     """Write a summary to a file (replacing it)."""
-    Path(path).write_text(text, encoding="utf-8")
+    from modelci.report import files
+
+    files.write_text(path, text)

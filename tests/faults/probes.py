@@ -1,0 +1,203 @@
+"""Helpers of the fault-injection suite (tests/faults): each probe runs the real `modelci` command against a tiny suite and checks what a
+careful user would: the status and exit code, that no traceback reached the user, that the database passes
+SQLite's integrity check, and that no process of the run is left alive.
+
+Probes run with `--target current` (the test interpreter, no environment to build), so each takes about a
+second. The processes of a run are found by a token in their environment: the worker, every workload process and
+whatever a workload starts inherit it, whatever their parent or session is now.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: the variable whose value marks every process a probe's run starts
+TOKEN_VARIABLE = "MODELCI_FAULT_PROBE"
+#: how long the processes of a run may take to go once its command ended (a deadline, not a sleep)
+GONE_WITHIN_S = 30.0
+
+
+def processes_with(token: str) -> list[int]:
+    """The live processes (not zombies) whose environment holds `TOKEN_VARIABLE=token`."""
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def wait_for(condition, timeout: float, what: str, interval: float = 0.05):
+    """Poll `condition` until it returns something true, or fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g} s")
+        time.sleep(interval)
+
+
+@dataclass
+class Project:
+    """A project folder with a suite of workloads written by the probe, run with `--target current`."""
+
+    root: Path
+    cache: Path
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def suite(self) -> Path:
+        return self.root / "suite"
+
+    @property
+    def db(self) -> Path:
+        return self.root / ".modelci" / "history.db"
+
+    def config(self, text: str = "", timeout: float = 30) -> None:
+        """Write modelci.toml: the shared cache, a runner label, a timeout, plus `text`."""
+        (self.root / "modelci.toml").write_text(
+            f'cache_dir = "{self.cache}"\nrunner = "probe"\ntimeout = {timeout}\n' + textwrap.dedent(text))
+
+    def workloads(self, source: str, name: str = "models.py") -> Path:
+        """Write a suite file (modelci imported for it)."""
+        self.suite.mkdir(parents=True, exist_ok=True)
+        path = self.suite / name
+        path.write_text("import modelci\n" + textwrap.dedent(source))
+        return path
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")}
+        env.update({TOKEN_VARIABLE: self.token, "PROBE_DIR": str(self.root), "COLUMNS": "200"}, **self.extra_env)
+        return env
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "modelci.cli", *args]
+
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        """Run `modelci ARGS` in the project folder to its end."""
+        return subprocess.run(self.command(*args), cwd=self.root, env=self.env(), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def start(self, *args: str) -> subprocess.Popen:
+        """Start `modelci ARGS` in the project folder, in its own session, as a CI runner starts a job."""
+        return subprocess.Popen(self.command(*args), cwd=self.root, env=self.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def run(self, *extra: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        """`modelci run --target current --suite suite --json report.json EXTRA`."""
+        return self.cli("run", "--target", "current", "--suite", "suite", "--json", "report.json", *extra,
+                        timeout=timeout)
+
+    def report(self, name: str = "report.json") -> dict:
+        return json.loads((self.root / name).read_text())
+
+    def statuses(self, name: str = "report.json") -> dict[str, str]:
+        """workload -> status, from the JSON report."""
+        return {r["workload"]: r["status"] for r in self.report(name)["results"]}
+
+    def stored(self, sql: str, *params) -> list[tuple]:
+        with sqlite3.connect(self.db) as db:
+            return db.execute(sql, params).fetchall()
+
+    def marker(self, name: str) -> Path:
+        return self.root / name
+
+    # -- the checks every probe makes ---------------------------------------------------------------------
+
+    def assert_clean(self, done: subprocess.CompletedProcess | None = None) -> None:
+        """No traceback reached the user, the database (if any) is intact, and no process of the run is alive."""
+        if done is not None:
+            for stream in (done.stdout, done.stderr):
+                assert "Traceback (most recent call last)" not in stream, stream
+        if self.db.exists():
+            assert self.stored("PRAGMA integrity_check") == [("ok",)]
+        self.assert_no_processes()
+
+    def assert_no_processes(self) -> None:
+        try:
+            wait_for(lambda: not processes_with(self.token), GONE_WITHIN_S, "the run's processes ending")
+        except AssertionError:
+            left = processes_with(self.token)
+            for pid in left:  # leave nothing behind for the next test either
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            raise AssertionError(f"processes of the run left alive: {left}") from None
+
+
+#: workload sources the probes combine; PROBE_DIR is the project folder (`Project.env`)
+QUICK = '''
+class Quick(modelci.Workload):
+    framework = "python"
+    steps = 2
+
+    def setup(self, ctx):
+        self.w = 0.5
+
+    def train_step(self, ctx, step):
+        return self.w / (step + 1)
+
+    def infer(self, ctx):
+        return {"y": [self.w, 2.0]}
+'''
+
+HANG = '''
+class Hang(modelci.Workload):
+    """Tells the probe it has started, then spins at full CPU forever."""
+
+    framework = "python"
+
+    def setup(self, ctx):
+        import os, pathlib
+        pathlib.Path(os.environ["PROBE_DIR"], "hanging").write_text(str(os.getpid()))
+        while True:
+            pass
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+    def infer(self, ctx):
+        return {"y": [0.0]}
+'''
+
+BACKGROUND = '''
+class Background(modelci.Workload):
+    """Starts a process that outlives it (in its own process group), then ends normally."""
+
+    framework = "python"
+
+    def setup(self, ctx):
+        import os, pathlib, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        pathlib.Path(os.environ["PROBE_DIR"], "background").write_text(str(child.pid))
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+    def infer(self, ctx):
+        return {"y": [1.0]}
+'''
