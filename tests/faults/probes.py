@@ -201,3 +201,23 @@ class Background(modelci.Workload):
     def infer(self, ctx):
         return {"y": [1.0]}
 '''
+
+BACKGROUND_THEN_HANG = '''
+class BackgroundThenHang(modelci.Workload):
+    """Starts a process of its own, tells the probe, then spins forever."""
+
+    framework = "python"
+
+    def setup(self, ctx):
+        import os, pathlib, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        pathlib.Path(os.environ["PROBE_DIR"], "hanging").write_text(str(child.pid))
+        while True:
+            pass
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+    def infer(self, ctx):
+        return {"y": [0.0]}
+'''

@@ -68,8 +68,9 @@ class Worker:
         self.log = log
         with open(log, "wb") as err:
             # its own session: a Ctrl-C at the terminal reaches only us, and we stop the worker
-            self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                         start_new_session=True)
+            # it dies with us, whatever kills us: the parent-death signal and EOF on its stdin (workload/lifeline.py)
+            self.proc = subprocess.Popen(cmd, env=local.with_parent(env), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         self._buffer = b""
         self.timeout = timeout
         #: the worker's "ready" message, once `wait_ready` has read it

@@ -112,6 +112,7 @@ def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float | N
     log_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     deadline = start + timeout if timeout is not None else float("inf")
+    env = with_parent(env)  # the child dies with this process, whatever kills it (workload/lifeline.py)
     with open(log_dir / "stdout.txt", "wb") as out, open(log_dir / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
         code: int | None = None
@@ -129,15 +130,24 @@ def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float | N
         except BaseException:
             _kill(proc)
             raise
-        if code is None:
-            _kill(proc)
+        # the group goes after every child, not only on a timeout: a process the workload started and left
+        # running (a server, a data loader) would outlive the run
+        _kill(proc)
     return code, time.monotonic() - start
 
 
+def with_parent(env: dict[str, str]) -> dict[str, str]:
+    """`env` naming this process as the parent that a child must die with (workload/lifeline.py)."""
+    from modelci.workload.lifeline import PARENT_VARIABLE
+
+    return {**env, PARENT_VARIABLE: str(os.getpid())}
+
+
 def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's process group (the child leads it) and reap the child."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
 

@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from modelci.workload import npy
+from modelci.workload import lifeline, npy
 from modelci.workload.api import Context, SkipWorkload, Workload
 from modelci.workload.frameworks import get_helper
 
@@ -621,6 +621,7 @@ def drop_working_directory() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Dispatch the `list` and `run` entry points."""
     drop_working_directory()
+    lifeline.from_environment()  # a spawned child dies with the harness (a forked one with its worker)
     parser = argparse.ArgumentParser(prog="modelci.workload.child")
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list")

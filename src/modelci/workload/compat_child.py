@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from modelci.workload import lifeline
 from modelci.workload.api import Context, SkipWorkload, Workload
 from modelci.workload.child import (
     drop_working_directory,
@@ -191,6 +192,7 @@ def raise_as_failed(record: dict[str, Any], exc: BaseException) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Dispatch the `load` and `inputs` entry points over a job file."""
     drop_working_directory()
+    lifeline.from_environment()  # a spawned child dies with the harness (workload/lifeline.py)
     parser = argparse.ArgumentParser(prog="modelci.workload.compat_child")
     parser.add_argument("command", choices=("load", "inputs"))
     parser.add_argument("--suite", action="append", default=[])

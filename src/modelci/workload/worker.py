@@ -40,12 +40,16 @@ import importlib
 import importlib.util
 import json
 import os
+import select
+import signal
 import sys
 import traceback
 from array import array
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from modelci.workload import lifeline
 
 #: version of the messages this module exchanges with the parent
 PROTOCOL = 1
@@ -281,10 +285,15 @@ def populate(ranges: list[tuple[int, int]]) -> None:
 # -- the child ------------------------------------------------------------------------------------------
 
 
-def run_child(job: dict[str, Any], channels: tuple[int, int], ranges: list[tuple[int, int]]) -> None:
-    """In the forked child: a session of its own, logs to files, then the child entry point; never returns."""
+def run_child(job: dict[str, Any], channels: tuple[int, int], ranges: list[tuple[int, int]], worker: int) -> None:
+    """In the forked child: a session of its own, logs to files, then the child entry point; never returns.
+
+    It dies with the worker (`worker` is its pid): the worker, on its way out, ends this child's process group.
+    """
     code = 1
     try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's parent-death handler is not the child's
+        lifeline.die_with_parent(worker)
         for fd in channels:
             os.close(fd)  # the worker's pipes: the parent must see EOF when the worker dies, not when we do
         os.setsid()
@@ -341,6 +350,54 @@ class Channel:
         line = self.reader.readline()
         return json.loads(line) if line else None
 
+    def closed(self) -> bool:
+        """Whether the parent closed its end (call only when a read would not block: `select` said readable)."""
+        return self.reader.peek(1) == b""
+
+
+#: the forked child running now (its pid is its process group), for `_parent_gone`
+_running: dict[str, int | None] = {"pid": None}
+
+
+def end_group(pid: int) -> None:
+    """SIGKILL the process group `pid` leads: a workload child and whatever it started (a server, a data loader)
+    that is still in its group. Ended after every job, not only on a timeout."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _parent_gone(signum: int, frame: Any) -> None:
+    """The harness ended (the parent-death signal, SIGTERM): end the running child's group, then this worker."""
+    if _running["pid"] is not None:
+        end_group(_running["pid"])
+    os._exit(1)
+
+
+def wait_child(pid: int, channel: Channel) -> int:
+    """The wait status of child `pid`, once it exits. Should the parent's end of the job pipe close first (the
+    harness was killed; the parent-death signal may not come, as it follows the thread that started this
+    worker), the child's group and this worker end at once."""
+    try:
+        pidfd = os.pidfd_open(pid)  # readable once the child exits: Linux 5.3, Python 3.9
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while True:
+            watched = [channel.read_fd] if pidfd is None else [channel.read_fd, pidfd]
+            readable, _, _ = select.select(watched, [], [], 0.01 if pidfd is None else None)
+            if channel.read_fd in readable and channel.closed():
+                _parent_gone(0, None)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            if channel.read_fd in readable:  # a message while a job runs: not the protocol; just wait
+                return os.waitpid(pid, 0)[1]
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
 
 def serve(channel: Channel, names: list[str]) -> int:
     """Preload, report ready, then fork one child per job; exits the process at EOF."""
@@ -374,11 +431,15 @@ def serve(channel: Channel, names: list[str]) -> int:
             continue
         sys.stdout.flush()
         sys.stderr.flush()
+        worker = os.getpid()
         pid = os.fork()
         if pid == 0:
-            run_child(job, (channel.read_fd, channel.write_fd), ranges)
+            run_child(job, (channel.read_fd, channel.write_fd), ranges, worker)
+        _running["pid"] = pid
         channel.send(event="started", pid=pid)
-        _, status = os.waitpid(pid, 0)
+        status = wait_child(pid, channel)
+        end_group(pid)  # what the workload started and left running goes with it
+        _running["pid"] = None
         channel.send(event="exited", pid=pid, status=status, rss=rss_bytes())
 
 
@@ -387,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     from modelci.workload.child import drop_working_directory
 
     drop_working_directory()  # before the preloads: the project folder must not hide the environment's packages
+    signal.signal(signal.SIGTERM, _parent_gone)
+    lifeline.from_environment(signal.SIGTERM)  # the worker dies with the harness (lifeline.py)
     parser = argparse.ArgumentParser(prog="modelci.workload.worker")
     parser.add_argument("--preload", action="append", default=[], help="a module to import once")
     parser.add_argument("--suite", action="append", default=[], help="a suite folder whose imports to preload")

@@ -1,0 +1,55 @@
+"""Orphans: whatever ends `modelci`, its worker, its workload processes and what they started end with it."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from probes import BACKGROUND, BACKGROUND_THEN_HANG, HANG, QUICK, processes_with, wait_for
+
+ISOLATIONS = ["fork", "spawn"]
+
+
+def _kill_while_hanging(project, source: str, signum: int) -> None:
+    project.workloads(QUICK + source)
+    proc = project.start("run", "--target", "current", "--suite", "suite")
+    wait_for(lambda: project.marker("hanging").exists() or proc.poll() is not None, 120, "the hanging workload")
+    assert proc.poll() is None, proc.communicate()
+    hanging = int(project.marker("hanging").read_text())
+    assert hanging in processes_with(project.token)  # the probe can see the processes it must not find after
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum), err
+    project.assert_clean(type("Done", (), {"stdout": out, "stderr": err}))
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP])
+def test_a_hanging_workload_dies_with_the_harness(project, isolation, signum):
+    project.config(f'isolation = "{isolation}"')
+    _kill_while_hanging(project, HANG, signum)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP])
+def test_what_a_hanging_workload_started_dies_with_the_harness(project, signum):
+    """With the default isolation (fork), even SIGKILL: the worker outlives the harness long enough to end the
+    workload's process group (with `isolation = "spawn"` a SIGKILLed harness leaves that to the kernel's
+    parent-death signal, which reaches only the workload process itself: docs/faults.md)."""
+    _kill_while_hanging(project, BACKGROUND_THEN_HANG, signum)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_what_a_hanging_spawned_workload_started_dies_with_a_cancelled_harness(project, signum):
+    project.config('isolation = "spawn"')
+    _kill_while_hanging(project, BACKGROUND_THEN_HANG, signum)
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_process_a_workload_leaves_running_ends_with_the_workload(project, isolation):
+    project.config(f'isolation = "{isolation}"')
+    project.workloads(BACKGROUND + QUICK)
+    done = project.run()
+    assert done.returncode == 0, done.stderr
+    assert project.statuses() == {"suite/Background": "ok", "suite/Quick": "ok"}
+    assert int(project.marker("background").read_text()) > 0
+    project.assert_clean(done)
