@@ -147,6 +147,9 @@ def test_a_timing_difference_the_confirmation_rejects_opens_no_alarm_and_says_ok
     recent = index[index.index('id="runs"'):]
     assert len(re.findall(r'<tr>\s*<td><a href="runs/\d+.html">', recent)) == 2
     assert "confirmed by" in recent and 'data-state="ok"' in index and "No open alarms" in index
+    (page,) = [path.read_text() for path in (site / "w").glob("*.html")]
+    b_run = report["run"]["id"]
+    assert page.count(f'confirmation of <a href="../runs/{b_run}.html">run {b_run}</a>') == 2
 
 
 def lifecycle_states() -> list[str]:

@@ -441,11 +441,13 @@ def _previous_results(history: History) -> dict[tuple[str, str], ResultInfo]:
 def _workload_context(store: Any, history: History, workload: str, results: list[ResultInfo],
                       slugs: dict[str, str], alarms: list[dict[str, Any]], detect: plots.ChangeFinder,
                       overlay: int, table_rows: int) -> dict[str, Any]:
-    # one point per (target, runner): the latest result, so a rerun replaces rather than doubles a point
+    # one point per (target, runner): the latest result, so a rerun replaces rather than doubles a point; a
+    # confirmation run is part of the run it confirms, and the history's series leave it out too
     latest: dict[tuple[int, str], ResultInfo] = {}
     for result in results:
         run = history.runs[result.run_id]
-        latest[(run.target_id, run.runner)] = result
+        if not run.purpose:
+            latest[(run.target_id, run.runner)] = result
     points = [plots.Point(history.targets[t], runner, r) for (t, runner), r in latest.items()]
     mine = [a for a in alarms if a.get("workload") == workload]
     changes: list[dict[str, Any]] = []
