@@ -91,3 +91,24 @@ def fake_project(tmp_path: Path, env_cache: Path, monkeypatch) -> FakeProject:
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.chdir(project.root)
     return project
+
+
+# --- history database fixtures (store tests run on SQLite and on a real PostgreSQL server) -------------------
+
+from pgserver import PostgresServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One real PostgreSQL server for the test session (initdb + pg_ctl on a free loopback port)."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def history_db(request, tmp_path: Path) -> str:
+    """The `db` setting of a fresh, empty history: a SQLite file, or a new database on the PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "history.db")
+    return request.getfixturevalue("postgres_server").database()

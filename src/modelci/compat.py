@@ -154,8 +154,7 @@ def record_saved_models(store: Any, target: Any, env: Any, results: list[Any], *
             "modelci_version": modelci.__version__,
         }
         manifests.append(records.write_manifest(store.artifacts, manifest)[0])
-    records.ensure_tables(store.engine)
-    with store.sessions.begin() as session:
+    with store.write() as session:  # the write lock: two runners saving the same model mirror it once
         records.add_saved_models(session, manifests)
     return manifests
 
@@ -443,7 +442,6 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
         shutil.rmtree(scratch, ignore_errors=True)
     outcome = CompatOutcome(target=target, direction=direction, entries=entries, check_id=uuid.uuid4().hex,
                             artifacts=store.artifacts.root)
-    records.ensure_tables(store.engine)
     with store.sessions.begin() as session:
         records.add_compat_results(session, outcome.check_id, config.runner, entries)
     return outcome

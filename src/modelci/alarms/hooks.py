@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from modelci.alarms import changes, lifecycle, notify, settings
 from modelci.alarms.lifecycle import AlarmEvent, Observation
-from modelci.store.alarms_schema import AlarmRow, ensure_tables
+from modelci.store.alarms_schema import AlarmRow
 from modelci.store.schema import MetricRow, OutputRow, RunRow
 
 log = logging.getLogger("modelci.alarms")
@@ -43,7 +43,6 @@ def after_run(config: Any, store: Any, outcome: Any, *, today: date | None = Non
     report = AlarmReport()
     if outcome.run_id is None:  # every result was reused: nothing new to judge
         return report
-    ensure_tables(store.engine)
     check_policy_metrics(config, store, f"run {outcome.run_id} is stored, but")
     runner = config.runner
     if config.alarms.get("changes", True):
@@ -74,7 +73,6 @@ def after_run(config: Any, store: Any, outcome: Any, *, today: date | None = Non
 def check_now(config: Any, store: Any, *, today: date | None = None) -> AlarmReport:
     """`modelci alarms check`: the stale-runner check and silences that lapsed, then notifications; for a
     scheduler to call between runs, so that a runner that stopped running is noticed at all."""
-    ensure_tables(store.engine)
     report = AlarmReport()
     observations = lifecycle.stale_observations(store, config.alarms.get("stale_after_days", 7))
     report.events = lifecycle.apply(store, config, observations, today=today)

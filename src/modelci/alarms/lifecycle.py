@@ -20,7 +20,7 @@ from modelci import checks
 from modelci.alarms import changes
 from modelci.errors import UserError
 from modelci.records import Result
-from modelci.store.alarms_schema import AlarmEventRow, AlarmRow, ensure_tables
+from modelci.store.alarms_schema import AlarmEventRow, AlarmRow
 from modelci.store.schema import ResultRow, RunRow, utcnow
 
 #: events of the alarm log that record a bisect's outcome: a culprit found, or why none was
@@ -132,12 +132,13 @@ def to_alarm(row: AlarmRow, events: bool = False, today: date | None = None) -> 
 def apply(store: Any, config: Any, observations: Iterable[Observation], *, run_id: int | None = None,
           target_id: int | None = None, target_label: str = "", today: date | None = None) -> list[AlarmEvent]:
     """Fold a run's observations into the alarms, in one transaction; returns the events to notify about."""
-    ensure_tables(store.engine)
     today = today or date.today()
     now = utcnow()
     auto = int(config.alarms.get("auto_resolve_after_recovered_runs", 0)) if config.alarms else 0
     events: list[AlarmEvent] = []
-    with store.sessions.begin() as session:
+    # under the history's write lock: two runners folding the same finding in at once would otherwise both see
+    # no live alarm and both open one, or both count from the same `count`
+    with store.write() as session:
         _lapse_silences(session, today, run_id)
         for obs in observations:
             row = session.scalars(select(AlarmRow).where(AlarmRow.key == obs.key, AlarmRow.state != "resolved")).first()
@@ -293,10 +294,9 @@ def _act(store: Any, ids: Iterable[int], state: str, by: str, note: str, until: 
          today: date | None = None) -> list[Alarm]:
     """A person's action on some alarms, all or none (one transaction), after recording the silences that
     lapsed (reads leave that to writers)."""
-    ensure_tables(store.engine)
     now = utcnow()
     done = []
-    with store.sessions.begin() as session:
+    with store.write() as session:
         _lapse_silences(session, today or date.today(), None)
         for alarm_id in ids:
             row = _row(session, alarm_id)

@@ -18,6 +18,7 @@ COMMANDS = [
     "modelci.commands.serve",
     "modelci.commands.compat",
     "modelci.commands.bisect",
+    "modelci.commands.db",
 ]
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

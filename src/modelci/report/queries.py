@@ -8,7 +8,6 @@ those columns, and only for the rows they show.
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -338,26 +337,8 @@ def _text(value: Any) -> str:
 
 
 def signature(store: Any) -> tuple:
-    """Something that changes whenever the history does: newest run and finding ids, and the SQLite files' mtimes.
-
-    Findings are stored after their run (workflow.evaluate), so the run id alone would miss them; the mtimes
-    catch in-place updates (a run's status, alarms changing state) on SQLite.
-    """
-    with store.sessions() as session:
-        ids = (session.scalar(select(func.max(RunRow.id))), session.scalar(select(func.max(FindingRow.id))),
-               session.scalar(select(func.count(RunRow.id)).where(RunRow.status == "complete")))
-    mtimes: tuple = ()
-    if store.engine.dialect.name == "sqlite" and store.engine.url.database:
-        path = store.engine.url.database
-        mtimes = tuple(_mtime(path + suffix) for suffix in ("", "-wal"))
-    return ids + mtimes
-
-
-def _mtime(path: str) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return 0
+    """Something that changes whenever the history does (Store.signature: one query, on SQLite and PostgreSQL)."""
+    return store.signature()
 
 
 #: a compat outcome as a status of the dashboard's colours (report/compat_report.py names the outcomes)

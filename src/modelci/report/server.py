@@ -1,6 +1,6 @@
 """`modelci serve`: the dashboard over HTTP (stdlib ThreadingHTTPServer), rebuilt when the history changes.
 
-Every request for a page first compares the history's signature (newest run and finding ids, SQLite mtimes)
+Every request for a page first compares the history's signature (Store.signature: the newest ids of the tables)
 with the one the site was built from, and rebuilds under a lock when it moved; other requests wait for that
 build rather than start their own. Assets are never rebuilt, so they are served without the check.
 """

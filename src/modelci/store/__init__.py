@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +16,9 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, distinct, event, func, insert, inspect, make_url, select
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 import modelci
@@ -25,8 +28,8 @@ from modelci.store import alarms_schema  # noqa: F401  (registers the alarm tabl
 from modelci.store import compat_schema  # noqa: F401  (registers the compat tables with Base for create_all)
 from modelci.store import noise_schema  # noqa: F401  (registers the noise-profile table with Base for create_all)
 from modelci.store.artifacts import ArtifactStore
+from modelci.store import migrate
 from modelci.store.schema import (
-    SCHEMA_VERSION,
     ArtifactRow,
     Base,
     EnvironmentRow,
@@ -37,7 +40,6 @@ from modelci.store.schema import (
     RunFingerprintRow,
     RunLinkRow,
     RunRow,
-    SchemaInfo,
     TargetRow,
     utcnow,
 )
@@ -46,15 +48,27 @@ from modelci.store.series import RunPoint, RunSeries, load_series
 __all__ = ["RunPoint", "RunSeries", "Store", "StoredRun", "database_url"]
 
 
+#: the advisory lock key of `Store.write` on PostgreSQL ("modelciw" in ASCII; the schema lock has its own)
+WRITE_LOCK_KEY = 0x6D6F64656C636977
+
 #: how many of the latest matching results `reusable` looks through for one with the same settings
 REUSE_CANDIDATES = 20
 
 
 def database_url(value: str, readonly: bool = False) -> str:
     """A SQLAlchemy URL from a URL or a file path (a path means SQLite); `readonly` opens a SQLite file read-only
-    (SQLite's `mode=ro`), which refuses every write, as a history on a read-only share needs."""
+    (SQLite's `mode=ro`), which refuses every write, as a history on a read-only share needs.
+
+    `postgresql://` (and `postgres://`) mean psycopg 3, the driver of the `postgres` extra, not SQLAlchemy's
+    default psycopg2. A value that is no URL, or a folder that cannot be made, is a UserError."""
     if "://" in value:
-        url = make_url(value)
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            raise UserError(f"db = {value!r} is not a database URL; give a SQLite file path, sqlite:///PATH or "
+                            "postgresql://USER@HOST:PORT/DATABASE") from None
+        if url.drivername in ("postgresql", "postgres"):
+            return url.set(drivername="postgresql+psycopg").render_as_string(False)
         if not readonly or url.get_backend_name() != "sqlite" or url.query.get("mode") == "ro" or not url.database:
             return value
         if url.database.startswith("file:"):  # already a SQLite URI: it only lacks the mode
@@ -66,8 +80,30 @@ def database_url(value: str, readonly: bool = False) -> str:
             raise UserError(f"there is no history database {path} to read; give the file that `modelci run` "
                             "writes (db in modelci.toml, MODELCI_DB or --db)")
         return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the folder {path.parent} of the history database {path}: "
+                        f"{exc.strerror or exc}; give a db path in a folder you can write (db in modelci.toml, "
+                        "MODELCI_DB or --db)") from None
+    if path.is_dir():
+        raise UserError(f"the history database {path} is a folder; give a file path (db in modelci.toml, "
+                        "MODELCI_DB or --db)")
     return f"sqlite:///{path}"
+
+
+def make_engine(url: str) -> Engine:
+    """The engine of a database URL; an unknown dialect or a driver that is not installed is a UserError."""
+    try:
+        return create_engine(url)
+    except NoSuchModuleError:
+        raise UserError(f"{make_url(url).drivername!r} in db = {url} is not a database modelci can use; give "
+                        "a SQLite file path or a postgresql:// URL") from None
+    except ImportError as exc:
+        if make_url(url).get_backend_name() == "postgresql":
+            raise UserError(f"the PostgreSQL driver is not installed ({exc}); install it with "
+                            "pip install 'modelci[postgres]'") from None
+        raise UserError(f"the database driver of {url} is not installed: {exc}") from None
 
 
 class LazyOutputs(Mapping):
@@ -108,13 +144,17 @@ class Store:
     """The history database and the artifact store behind one object."""
 
     def __init__(self, db: str, artifacts: str, *, artifacts_options: dict[str, Any] | None = None,
-                 artifacts_readonly: bool = False, readonly: bool = False):
+                 artifacts_readonly: bool = False, readonly: bool = False, schema: str = "ensure"):
+        """`schema`: "ensure" brings the history to this modelci's schema where that is safe (store/migrate.py),
+        "upgrade" applies every pending revision (`modelci db upgrade`), "inspect" only reads where it stands."""
         self.url = database_url(db, readonly)
+        #: the URL as messages show it: without a password
+        self.shown = make_url(self.url).render_as_string(hide_password=True)
         #: opened read-only: a SQLite URL with mode=ro, which `readonly` makes of a path; then nothing is created
         #: or changed, not even the tables a newer modelci adds (readers find them absent)
         self.readonly = make_url(self.url).query.get("mode") == "ro"
         self.artifacts = ArtifactStore(artifacts, artifacts_options, artifacts_readonly)
-        self.engine = create_engine(self.url)
+        self.engine = make_engine(self.url)
         # its connections are closed when the store goes, or at the latest when the process exits (atexit runs
         # finalizers): closing the last one is when SQLite moves its WAL into the database file, and the `modelci`
         # command ends without tearing the interpreter down (cli.entry)
@@ -124,60 +164,48 @@ class Store:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         if self.readonly:  # any ORM write (alarm actions, findings, compat results) stops with the reason
             event.listen(self.sessions, "before_flush", lambda *_: self.refuse_write())
-        self._check_schema()
+        self._check_schema(schema)
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session in a transaction that first takes the history's write lock, for a read-then-write that two
+        runners must not interleave (alarm updates): PostgreSQL takes an advisory lock held until commit,
+        SQLite its write lock (`BEGIN IMMEDIATE`), so the second writer waits and then reads what the first
+        wrote. Commits at the end, rolls back on an exception."""
+        if self.readonly:
+            self.refuse_write()
+        with self.sessions.begin() as session:
+            connection = session.connection()
+            if self.engine.dialect.name == "sqlite":
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            elif self.engine.dialect.name == "postgresql":
+                connection.execute(select(func.pg_advisory_xact_lock(WRITE_LOCK_KEY)))
+            yield session
 
     def refuse_write(self) -> None:
         """Raise the UserError for a write to a store opened read-only."""
-        raise UserError(f"the history {self.url} is opened read-only, so nothing can be stored or changed in it; "
+        raise UserError(f"the history {self.shown} is opened read-only, so nothing can be stored or changed in it; "
                         "open it without mode=ro to write")
 
     @classmethod
-    def from_config(cls, config: Any) -> Store:
+    def from_config(cls, config: Any, **options: Any) -> Store:
         """The store a configuration names: `db`, `artifacts` with its storage options and read-only flag."""
         return cls(config.db, config.artifacts, artifacts_options=config.values.get("artifacts_options"),
-                   artifacts_readonly=bool(config.values.get("artifacts_readonly")))
+                   artifacts_readonly=bool(config.values.get("artifacts_readonly")), **options)
 
-    def _check_schema(self) -> None:
+    def _check_schema(self, how: str) -> None:
         try:
-            tables = set(inspect(self.engine).get_table_names())
-            if "schema_info" not in tables and self.readonly:
-                raise UserError(f"{self.url} holds no modelci history (no schema_info table), and it is opened "
-                                "read-only, so none is created; give the database that `modelci run` writes")
-            if "schema_info" not in tables:
-                Base.metadata.create_all(self.engine)
-                with self.sessions.begin() as session:
-                    session.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
-                return
-            with self.sessions() as session:
-                info = session.get(SchemaInfo, 1)
-        except OperationalError as exc:
-            raise HarnessError(f"cannot open the history database {self.url}: {exc.orig}") from None
-        version = info.version if info else None
-        if version != SCHEMA_VERSION:
-            raise UserError(
-                f"the history database {self.url} has schema version {version}, this modelci "
-                f"{modelci.__version__} reads version {SCHEMA_VERSION}; use a matching modelci, "
-                "or point MODELCI_DB at a new file"
-            )
-        missing = {t.name for t in Base.metadata.sorted_tables} - tables
-        if missing and not self.readonly:
-            # tables added within one schema version (alarms, compat, noise profiles) only ever add rows of
-            # their own, so an existing history gains them empty instead of refusing to open
-            Base.metadata.create_all(self.engine, tables=[t for t in Base.metadata.sorted_tables if t.name in missing])
-        if not self.readonly:
-            self._add_missing_indexes(tables - missing)
-
-    def _add_missing_indexes(self, tables: set[str]) -> None:
-        """Indexes added within one schema version (the history queries' covering indexes) are created on an
-        existing history too: they change no row, and without them its queries fall back to slow plans."""
-        inspector = inspect(self.engine)
-        for table in Base.metadata.sorted_tables:
-            if table.name not in tables:
-                continue
-            present = {index["name"] for index in inspector.get_indexes(table.name)}
-            for index in table.indexes:
-                if index.name not in present:
-                    index.create(self.engine, checkfirst=True)
+            if how == "upgrade":
+                if self.readonly:
+                    self.refuse_write()
+                self.schema = migrate.upgrade(self.engine, self.shown)
+            elif how == "inspect":
+                self.schema = migrate.inspect_state(self.engine)
+            else:
+                self.schema = migrate.ensure(self.engine, self.shown, self.readonly)
+        except DBAPIError as exc:
+            # a refused connection, a file that is not a database, a server gone away: the harness cannot run
+            raise HarnessError(f"cannot open the history database {self.shown}: {_first_line(exc.orig)}") from None
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -225,24 +253,36 @@ class Store:
                     result.id = result_id
                 return run.id
         except SQLAlchemyError as exc:
-            raise HarnessError(f"could not store the run in {self.url}: {exc}") from None
+            raise HarnessError(f"could not store the run in {self.shown}: {exc}") from None
+
+    def insert_ignoring_duplicates(self, table: Any) -> Any:
+        """An INSERT that skips a row whose key is stored already (ON CONFLICT DO NOTHING): of two runners
+        storing the same new target, environment or artifact at once, one inserts it and the other uses it."""
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            return postgresql.insert(table).on_conflict_do_nothing()
+        if dialect == "sqlite":
+            return sqlite.insert(table).on_conflict_do_nothing()
+        return insert(table)
 
     def _target_row(self, session: Session, target: Any) -> TargetRow:
         ident = target.identity()
         row = session.scalars(select(TargetRow).filter_by(**ident)).first()
         if row is None:
-            row = TargetRow(spec=target.spec, commit_date=target.commit_date or "", subject=target.subject or "", **ident)
-            session.add(row)
-            session.flush()
+            session.execute(self.insert_ignoring_duplicates(TargetRow).values(
+                spec=target.spec, commit_date=target.commit_date or "", subject=target.subject or "",
+                created_at=utcnow(), **ident))
+            row = session.scalars(select(TargetRow).filter_by(**ident)).one()
         return row
 
     def _environment_row(self, session: Session, environment: Any) -> dict:
         """Store the environment if it is new; returns the fingerprint its row holds."""
         row = session.get(EnvironmentRow, environment.id)
         if row is None:
-            row = EnvironmentRow(id=environment.id, python=str(environment.python), isolated=environment.isolated,
-                                 lock=environment.lock, fingerprint=environment.fingerprint)
-            session.add(row)
+            session.execute(self.insert_ignoring_duplicates(EnvironmentRow).values(
+                id=environment.id, python=str(environment.python), isolated=environment.isolated,
+                lock=environment.lock, fingerprint=environment.fingerprint, created_at=utcnow()))
+            row = session.scalars(select(EnvironmentRow).where(EnvironmentRow.id == environment.id)).one()
         return dict(row.fingerprint or {})
 
     def _insert_results(self, session: Session, run_id: int, results: list[Result],
@@ -274,8 +314,11 @@ class Store:
             chunk = wanted[start:start + 500]
             known.update(session.scalars(select(ArtifactRow.sha256).where(ArtifactRow.sha256.in_(chunk))))
         if len(known) < len(sizes):
-            session.execute(insert(ArtifactRow), [dict(sha256=digest, size=size, created_at=utcnow())
-                                                  for digest, size in sizes.items() if digest not in known])
+            # another runner may store the same arrays at the same time (the same deterministic workloads);
+            # inserted in digest order, so two such transactions wait for each other instead of deadlocking
+            session.execute(self.insert_ignoring_duplicates(ArtifactRow),
+                            [dict(sha256=digest, size=sizes[digest], created_at=utcnow())
+                             for digest in wanted if digest not in known])
         outputs = [
             dict(result_id=result_id, name=name, sha256=digest, dtype=str(result.outputs[name].dtype),
                  shape=list(result.outputs[name].shape))
@@ -395,14 +438,14 @@ class Store:
                 row = session.scalars(select(RunRow).where(RunRow.id.not_in(select(RunLinkRow.run_id)))
                                       .order_by(RunRow.id.desc()).limit(1)).first()
                 if row is None:
-                    raise UserError(f"the history {self.url} holds no runs yet; start with `modelci run`")
+                    raise UserError(f"the history {self.shown} holds no runs yet; start with `modelci run`")
             else:
                 try:
                     row = session.get(RunRow, int(run_id))
                 except ValueError:
                     row = None
                 if row is None:
-                    raise UserError(f"no run {run_id!r} in {self.url}; `modelci history` lists the runs")
+                    raise UserError(f"no run {run_id!r} in {self.shown}; `modelci history` lists the runs")
             results = [self.to_result(r) for r in row.results]
             findings = {r.id: list(r.findings) for r in row.results}
             _ = row.environment, row.target
@@ -467,6 +510,23 @@ class Store:
             entries.append(entry)
         return entries
 
+    def signature(self) -> tuple:
+        """Something that changes whenever the history does, on every backend: the newest id of each table
+        that only grows (runs, findings, alarm events, compat results, noise profiles, saved models) and how
+        many runs are complete. Every change of an alarm appends an event, and a run's status only ever
+        changes to complete, so an update in place moves it too; one query, no file times."""
+        from modelci.store.alarms_schema import AlarmEventRow
+        from modelci.store.compat_schema import CompatResultRow, SavedModelRow
+        from modelci.store.noise_schema import NoiseProfileRow
+
+        present = set(inspect(self.engine).get_table_names()) if self.readonly else None
+        columns = [select(func.count(RunRow.id)).where(RunRow.status == "complete").scalar_subquery()]
+        for table in (RunRow, FindingRow, AlarmEventRow, CompatResultRow, NoiseProfileRow, SavedModelRow):
+            if present is None or table.__tablename__ in present:  # a read-only older history may lack some
+                columns.append(select(func.max(table.id)).scalar_subquery())
+        with self.engine.connect() as connection:
+            return tuple(connection.execute(select(*columns)).one())
+
     # -- environments (issue 3: env lock / diff / consistency / check) ------------------------------
 
     def environment(self, env_id: str) -> EnvironmentRow | None:
@@ -506,16 +566,27 @@ def _label(kind: str, name: str, version: str, commit: str, wheel_sha256: str, s
     return text
 
 
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def _finding_dict(row: FindingRow) -> dict[str, Any]:
     return {"check": row.check, "metric": row.metric, "verdict": row.verdict, "gating": row.gating,
             "numbers": row.numbers, "message": row.message, "baseline_result_id": row.baseline_result_id}
 
 
+#: how long a SQLite writer waits for another one: a CI burst of runners all storing at once queues up here;
+#: a run is stored in well under a second, so minutes cover dozens of writers on a slow disk
+SQLITE_BUSY_TIMEOUT_MS = 300_000
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # WAL lets readers (dashboard, history) work while a run ingests; busy_timeout waits for a writer
+    # WAL lets readers (dashboard, history) work while a run ingests; busy_timeout waits for a writer. The
+    # timeout comes first: switching a new file to WAL needs a lock that another process may hold
     cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
@@ -523,5 +594,5 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 def _sqlite_pragmas_readonly(dbapi_connection: Any, _record: Any) -> None:
     # the journal mode is the writer's to set (changing it writes the file); a reader only waits for a writer
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.close()

@@ -79,7 +79,3 @@ class AlarmEventRow(Base):
     detail: Mapped[str] = mapped_column(Text, default="")
     alarm: Mapped[AlarmRow] = relationship(back_populates="events")
 
-
-def ensure_tables(engine) -> None:
-    """Create the alarm tables in a history made before they existed (create_all skips tables that exist)."""
-    Base.metadata.create_all(engine, tables=[AlarmRow.__table__, AlarmEventRow.__table__])

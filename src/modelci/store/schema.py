@@ -1,4 +1,5 @@
-"""The history schema (DESIGN.md, "Storage"). One schema for SQLite and PostgreSQL, with a version.
+"""The history schema. One schema for SQLite and PostgreSQL; each change of it is an Alembic revision in
+store/migrations/versions (store/migrate.py).
 
 Nothing stored is rewritten: rows are only inserted, except a run's status and end time, and
 findings that are added after the checks ran.
@@ -11,7 +12,8 @@ from datetime import datetime, timezone
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-#: bump when the tables change; the store refuses a database of another version
+#: the version of the hand-written schema code before Alembic revisions; kept in `schema_info` for the
+#: modelci versions of that time, which refuse any other (the revisions since only add)
 SCHEMA_VERSION = 1
 
 
@@ -25,7 +27,7 @@ class Base(DeclarativeBase):
 
 
 class SchemaInfo(Base):
-    """One row: the schema version of this database."""
+    """One row: the schema version of this database, as modelci before schema revisions reads it."""
 
     __tablename__ = "schema_info"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -66,6 +68,10 @@ class RunRow(Base):
     """One execution of a selection of workloads against one target in one environment on one runner."""
 
     __tablename__ = "runs"
+    __table_args__ = (
+        # each runner's first and latest start (the stale-runner check, every run) from the index alone
+        Index("ix_runs_runner_started", "runner", "started_at"),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"), index=True)
     environment_id: Mapped[str] = mapped_column(ForeignKey("environments.id"))

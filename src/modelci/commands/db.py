@@ -1,0 +1,32 @@
+"""`modelci db current|upgrade`: where the history's schema stands, and bringing it to this modelci's."""
+
+from __future__ import annotations
+
+from modelci.commands import EXIT_OK
+
+
+def add_parser(sub) -> None:
+    """Declare the command."""
+    parser = sub.add_parser("db", help="the history database's schema: its revision, and upgrading it")
+    actions = parser.add_subparsers(dest="db_action", required=True, metavar="ACTION")
+    actions.add_parser("current", help="the history's schema revision and the one this modelci needs; changes nothing")
+    actions.add_parser("upgrade", help="apply every pending schema revision (under a lock, safe while runners run)")
+
+
+def main(args, cfg) -> int:
+    """Show or upgrade the schema."""
+    from modelci.report.console import console
+    from modelci.store import Store
+
+    out = console()
+    store = Store.from_config(cfg, schema="upgrade" if args.db_action == "upgrade" else "inspect")
+    state = store.schema
+    revision = state.revision or ("none (a history from before schema revisions)" if state.has_history else "none")
+    if not state.known:  # only `current` gets here: `upgrade` refuses a newer history
+        out.print(f"{store.shown}: revision {state.revision}, newer than this modelci's {state.head}")
+    elif state.pending:
+        out.print(f"{store.shown}: revision {revision}; this modelci needs {state.head} "
+                  f"(pending: {', '.join(state.pending)}; `modelci db upgrade` applies them)")
+    else:
+        out.print(f"{store.shown}: revision {revision} (this modelci's head): up to date")
+    return EXIT_OK

@@ -1,0 +1,154 @@
+"""The history's schema: made and migrated by Alembic revisions (store/migrations), safe when many runners start
+at once.
+
+Every change of the tables is a revision in `store/migrations/versions`. A store that opens a history checks its
+revision without any lock (the common case: it is current), and only when something is to be done takes the
+schema lock (PostgreSQL: an advisory lock; SQLite: the write lock of `BEGIN IMMEDIATE`), looks again, and does
+it: so of N processes that start together on a new database one creates the tables and the others wait and use
+them. A history made before the revisions existed (by the hand-written schema code, `schema_info` version 1)
+is upgraded from nothing: the first revision creates only what is missing.
+
+A revision that only adds (tables, indexes, nullable columns) is marked `additive = True`: code of the previous
+revision keeps working on the upgraded history, so the store applies it by itself. Any other revision waits for
+`modelci db upgrade`, which a team runs once every runner has the new modelci. A history at a revision this
+modelci does not know was upgraded by a newer modelci; it is refused with what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import func, inspect, select
+from sqlalchemy.engine import Connection, Engine
+
+import modelci
+from modelci.errors import UserError
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+#: the advisory lock key of the schema lock on PostgreSQL (any constant; "modelci" in ASCII)
+PG_LOCK_KEY = 0x6D6F64656C6369
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """Where a history stands: its Alembic revision (None before any), whether it holds modelci's tables at
+    all, and the revisions this modelci would apply to bring it to the head."""
+
+    revision: str | None
+    has_history: bool
+    head: str
+    pending: tuple[str, ...]
+    known: bool
+
+    @property
+    def current(self) -> bool:
+        return self.known and not self.pending
+
+
+def config(connection: Connection | None = None) -> Config:
+    """An Alembic configuration of the shipped revisions, running on `connection`."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+@lru_cache(maxsize=1)
+def scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(config())
+
+
+def state(connection: Connection) -> SchemaState:
+    """The schema state of the database behind `connection` (reads only)."""
+    tables = set(inspect(connection).get_table_names())
+    revision = MigrationContext.configure(connection).get_current_revision() if "alembic_version" in tables else None
+    directory = scripts()
+    head = directory.get_current_head()
+    known = revision is None or _known(directory, revision)
+    pending: tuple[str, ...] = ()
+    if known:
+        pending = tuple(s.revision for s in reversed(list(directory.walk_revisions("base", "heads")))
+                        if revision is None or s.revision not in _ancestry(directory, revision))
+    return SchemaState(revision, "schema_info" in tables or revision is not None, head, pending, known)
+
+
+def _known(directory: ScriptDirectory, revision: str) -> bool:
+    try:
+        return directory.get_revision(revision) is not None
+    except Exception:  # alembic raises its own CommandError/ResolutionError for an unknown id
+        return False
+
+
+def _ancestry(directory: ScriptDirectory, revision: str) -> set[str]:
+    """The revision and every revision before it."""
+    return {s.revision for s in directory.walk_revisions("base", revision)}
+
+
+def additive(revisions: tuple[str, ...]) -> bool:
+    """Whether every one of these revisions only adds, so older code keeps working after it."""
+    directory = scripts()
+    return all(getattr(directory.get_revision(r).module, "additive", False) for r in revisions)
+
+
+@contextmanager
+def schema_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction that holds the history's schema lock until it commits."""
+    with engine.connect() as connection:
+        if engine.dialect.name == "sqlite":
+            # the write lock now, not at the first write: a second process waits here (busy_timeout), then
+            # reads the schema the first one made
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        elif engine.dialect.name == "postgresql":
+            connection.execute(select(func.pg_advisory_xact_lock(PG_LOCK_KEY)))
+        yield connection
+        connection.commit()
+
+
+def inspect_state(engine: Engine) -> SchemaState:
+    """Where the history stands, changing nothing."""
+    with engine.connect() as connection:
+        return state(connection)
+
+
+def ensure(engine: Engine, url: str, readonly: bool) -> SchemaState:
+    """Bring the history to this modelci's schema where that is safe, or say why not (a UserError)."""
+    found = inspect_state(engine)
+    refuse_newer(found, url)
+    if found.current:
+        return found
+    if readonly:
+        if not found.has_history:
+            raise UserError(f"{url} holds no modelci history (no schema_info table), and it is opened read-only, "
+                            "so none is created; give the database that `modelci run` writes")
+        return found  # readers find what a newer revision adds absent, as a history made before it
+    if found.has_history and not additive(found.pending):
+        raise UserError(f"the history {url} is at schema revision {found.revision or 'from before revisions'}, "
+                        f"this modelci {modelci.__version__} needs {found.head}, and the upgrade changes what "
+                        "older modelci versions read; once every runner has this modelci, run `modelci db "
+                        "upgrade` once")
+    return upgrade(engine, url)
+
+
+def upgrade(engine: Engine, url: str) -> SchemaState:
+    """Apply the pending revisions under the schema lock (nothing when another process just did)."""
+    with schema_lock(engine) as connection:
+        found = state(connection)
+        refuse_newer(found, url)
+        if found.pending:
+            command.upgrade(config(connection), "head")
+        return state(connection)
+
+
+def refuse_newer(found: SchemaState, url: str) -> None:
+    if not found.known:
+        raise UserError(f"the history {url} is at schema revision {found.revision}, which a newer modelci made; "
+                        f"this modelci {modelci.__version__} knows revisions up to {found.head}. Upgrade modelci "
+                        "on this machine (pip install -U modelci) to use this history")

@@ -1,0 +1,265 @@
+"""One history for a fleet of runners: many `modelci run` processes writing at once, on SQLite and on a real
+PostgreSQL server, never lose a run; bad database settings are a message, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from modelci.store import Store
+
+SUITE = '''\
+import modelci
+
+
+class Fine(modelci.Workload):
+    framework = "numpy"
+    steps = 2
+    repeats = 1
+    warmup = 0
+
+    def setup(self, ctx):
+        import numpy as np
+        self.x = np.arange(8.0) + ctx.seed
+
+    def train_step(self, ctx, step):
+        return float(self.x.sum()) / (step + 1)
+
+    def infer(self, ctx):
+        return {"y": self.x * 2}
+
+
+class Broken(modelci.Workload):
+    framework = "numpy"
+    steps = 1
+    repeats = 1
+    warmup = 0
+
+    def setup(self, ctx):
+        raise RuntimeError("this workload always fails")
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+    def infer(self, ctx):
+        return {}
+'''
+
+#: runner labels of the fleet: two runners share each label, so they update the same alarms at the same time
+RUNNERS = ["cpu-a", "cpu-b", "gpu-a", "gpu-b"]
+
+
+def modelci(root: Path, db: str, *args: str, timeout: float = 300) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")}
+    env.update(MODELCI_DB=db, MODELCI_CACHE_DIR=str(root / "cache"), MODELCI_ARTIFACTS=str(root / "artifacts"))
+    return subprocess.Popen([sys.executable, "-m", "modelci.cli", *args], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+    return process.returncode, out, err
+
+
+@pytest.mark.slow
+def test_eight_runs_started_together_on_a_new_database_and_target_are_all_stored(history_db, tmp_path):
+    suite = tmp_path / "tiny"
+    suite.mkdir()
+    (suite / "models.py").write_text(SUITE)
+    runners = [RUNNERS[i % len(RUNNERS)] for i in range(8)]
+    processes = [modelci(tmp_path, history_db, "run", "--target", "current", "--suite", str(suite),
+                         "--runner", runner) for runner in runners]
+    outcomes = [finish(p) for p in processes]
+
+    for code, out, err in outcomes:
+        # the broken workload makes each run exit 1; a lost run would exit 3, a race a traceback
+        assert code == 1, (code, out, err)
+        assert "Traceback" not in err, err  # (the broken workload's own traceback is part of the report)
+        assert "tiny/Broken failed" in out + err
+    store = Store(history_db, str(tmp_path / "artifacts"))
+    with store.engine.connect() as connection:
+        scalar = lambda sql: connection.execute(text(sql)).scalar()  # noqa: E731
+        assert scalar("SELECT count(*) FROM runs WHERE status = 'complete'") == 8
+        assert scalar("SELECT count(*) FROM results") == 16
+        assert sorted(r[0] for r in connection.execute(text("SELECT runner FROM runs"))) == sorted(runners)
+        # one row per target and per environment, though all eight stored them as new at once
+        assert scalar("SELECT count(*) FROM targets") == 1
+        assert scalar("SELECT count(*) FROM environments") == 1
+        # one live alarm per series (runner, workload, check, metric), that counted each of its runner's runs
+        alarms = connection.execute(text("SELECT key, runner, count FROM alarms WHERE state != 'resolved'")).all()
+        keys = [a.key for a in alarms]
+        assert len(keys) == len(set(keys))
+        broken = {a.runner: a.count for a in alarms if "Broken" in a.key}
+        assert broken == {runner: runners.count(runner) for runner in RUNNERS}
+        events = connection.execute(text(
+            "SELECT e.event, count(*) FROM alarm_events e JOIN alarms a ON e.alarm_id = a.id "
+            "WHERE a.key LIKE '%Broken%' GROUP BY e.event")).all()
+        assert dict(events) == {"opened": len(RUNNERS), "seen": 8 - len(RUNNERS)}
+        assert scalar("SELECT count(*) FROM schema_info") == 1
+        assert scalar("SELECT count(*) FROM alembic_version") == 1
+
+
+# -- bad database settings -----------------------------------------------------------------------------------
+
+
+def cli(root: Path, db: str, *args: str) -> tuple[int, str]:
+    code, out, err = finish(modelci(root, db, *(args or ("history",))))
+    assert "Traceback" not in out + err, err
+    return code, out + err
+
+
+def test_an_unknown_dialect_is_a_usage_error(tmp_path):
+    code, out = cli(tmp_path, "nosuchdb://localhost/x")
+    assert code == 2 and "'nosuchdb' in db = nosuchdb://localhost/x is not a database modelci can use" in out
+
+
+def test_a_missing_postgresql_driver_names_the_extra_to_install(tmp_path):
+    # a real interpreter without the driver: the import of psycopg fails as on a machine without the extra
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "psycopg.py").write_text("raise ImportError('No module named psycopg')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")}
+    env.update(PYTHONPATH=str(blocker), MODELCI_DB="postgresql://ci@127.0.0.1:1/history")
+    done = subprocess.run([sys.executable, "-m", "modelci.cli", "history"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'modelci[postgres]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_folder_that_cannot_be_created_is_a_usage_error(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    code, out = cli(tmp_path, str(tmp_path / "file" / "sub" / "history.db"))
+    assert code == 2 and "cannot create the folder" in out and str(tmp_path / "file" / "sub") in out
+
+
+@pytest.mark.parametrize("content", [b"this is not a database at all" * 100, b"SQLite format 3\x00" + b"\xff" * 80])
+def test_a_corrupt_history_file_is_a_harness_error_and_stays_as_it_was(tmp_path, content):
+    db = tmp_path / "history.db"
+    db.write_bytes(content)
+    code, out = cli(tmp_path, str(db))
+    assert code == 3 and f"cannot open the history database sqlite:///{db}" in out
+    assert db.read_bytes() == content
+
+
+def test_a_server_that_refuses_the_connection_is_a_harness_error(tmp_path):
+    from pgserver import free_port
+
+    url = f"postgresql://ci:secret@127.0.0.1:{free_port()}/history"  # nothing listens there
+    code, out = cli(tmp_path, url)
+    assert code == 3 and "cannot open the history database" in out
+    assert "secret" not in out  # the password is not shown
+
+
+# -- schema revisions ----------------------------------------------------------------------------------------
+
+
+def legacy_history(db: str) -> None:
+    """A history as the hand-written schema code made it (before schema revisions): every table of that time but
+    the alarm tables (which it added later, within the same schema version), schema_info version 1, no
+    alembic_version, and without the index a later revision adds."""
+    from modelci.store import database_url
+    from modelci.store.schema import Base
+
+    engine = create_engine(database_url(db))
+    legacy = [t for t in Base.metadata.sorted_tables if t.name not in ("alarms", "alarm_events")]
+    Base.metadata.create_all(engine, tables=legacy)
+    with engine.begin() as connection:
+        connection.execute(text("DROP INDEX ix_runs_runner_started"))
+        connection.execute(text("INSERT INTO schema_info (id, version, created_at) VALUES (1, 1, '2025-01-01')"))
+    engine.dispose()
+
+
+def index_names(store: Store, table: str) -> set[str]:
+    from sqlalchemy import inspect
+
+    return {index["name"] for index in inspect(store.engine).get_indexes(table)}
+
+
+def test_a_history_from_before_revisions_is_adopted_and_upgraded(history_db, tmp_path):
+    legacy_history(history_db)
+    inspected = Store(history_db, str(tmp_path / "a"), schema="inspect")
+    assert inspected.schema.revision is None and inspected.schema.has_history
+    assert inspected.schema.pending == ("0001", "0002")
+    assert "ix_runs_runner_started" not in index_names(inspected, "runs")
+    inspected.engine.dispose()
+
+    store = Store(history_db, str(tmp_path / "a"))  # a writer upgrades it by itself: both revisions only add
+    assert store.schema.revision == store.schema.head == "0002" and store.schema.current
+    assert "ix_runs_runner_started" in index_names(store, "runs")
+    assert {"alarms", "alarm_events"} <= set(__import__("sqlalchemy").inspect(store.engine).get_table_names())
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT version FROM schema_info")).all() == [(1,)]
+
+
+def test_the_revisions_make_exactly_the_schema_of_the_code(history_db, tmp_path):
+    """Upgrading an empty database through every revision gives the tables, columns and indexes the code
+    declares: nothing missing, nothing extra (Alembic's own comparison)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from modelci.store.schema import Base
+
+    store = Store(history_db, str(tmp_path / "a"))
+    with store.engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection, opts={"compare_type": True}),
+                                       Base.metadata)
+    assert differences == []
+
+
+def test_a_history_upgraded_by_a_newer_modelci_is_refused_with_what_to_do(history_db, tmp_path):
+    Store(history_db, str(tmp_path / "a")).engine.dispose()
+    engine = create_engine(Store(history_db, str(tmp_path / "a")).url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    code, out = cli(tmp_path, history_db)
+    assert code == 2 and "schema revision 9999, which a newer modelci made" in out and "pip install -U modelci" in out
+    code, out = cli(tmp_path, history_db, "db", "current")
+    assert code == 0 and "revision 9999, newer than this modelci's 0002" in out
+
+
+def test_db_current_and_upgrade_through_the_cli(tmp_path):
+    db = str(tmp_path / "history.db")
+    legacy_history(db)
+    code, out = cli(tmp_path, db, "db", "current")
+    assert code == 0 and "pending: 0001, 0002" in out
+    code, out = cli(tmp_path, db, "db", "upgrade")
+    assert code == 0 and "revision 0002 (this modelci's head): up to date" in out
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+
+
+# -- serve notices every change ------------------------------------------------------------------------------
+
+
+def test_the_live_dashboard_rebuilds_after_an_alarm_changes_state_on_either_backend(history_db, tmp_path):
+    """`serve` rebuilds when the history's signature moves: a new run, and an alarm acknowledged in place (on
+    PostgreSQL there are no file times to notice it by)."""
+    from types import SimpleNamespace
+
+    from test_store import ingest, result
+
+    from modelci.alarms import lifecycle
+    from modelci.report.server import LiveSite
+
+    store = Store(history_db, str(tmp_path / "artifacts"))
+    site = LiveSite(store, tmp_path / "site", log=lambda text: None)
+    ingest(store, "1.0", [result("s/A", 1.0)])
+    assert site.refresh() and not site.refresh()
+    firing = lifecycle.Observation("cpu", "s/A", "timing", "time.infer", True, message="slower")
+    (opened,) = lifecycle.apply(store, SimpleNamespace(alarms={}), [firing])
+    assert site.refresh() and not site.refresh()
+    lifecycle.acknowledge(store, [opened.alarm.id], "alice")
+    assert site.refresh()
+    ingest(store, "1.1", [result("s/A", 1.0)], minutes=1)
+    assert site.refresh() and not site.refresh()
