@@ -19,6 +19,16 @@
 Both are reported as wall time and as CPU time of this process: on a shared runner whose load average is
 several times its core count, the wall time mostly measures the wait for a core; the CPU time is what the
 work costs, and what the wall time is on an idle machine.
+
+    .venv/bin/python benchmarks/store.py --backends        # SQLite against PostgreSQL (docs/store.md)
+
+With --backends it compares the two backends instead, on a PostgreSQL server it starts itself (initdb +
+pg_ctl, as the tests do: tests/pgserver.py):
+- concurrent writers: 1, 4 and 8 processes started together (a barrier), each storing --writer-runs runs of
+  20 results into one fresh history; runs stored per second from the start to the last commit, median of 3.
+- the same history of --runs runs in both: `Store.series` (median of 15, the calls of the two backends
+  interleaved), `modelci history W --metric time.infer` in process (median of 7, interleaved), and the whole
+  site (`generate_site`, full) once each, with its load phase (the queries) on its own.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, Callable
 
 import numpy as np
 from sqlalchemy import insert
@@ -199,12 +210,17 @@ def bench_command(folder: Path, runs: int, repeats: int) -> dict[str, Clock]:
 
 
 def main() -> None:
-    """Run both measurements and print them as markdown."""
+    """Run the measurements and print them as markdown."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000, help="stored runs for the history query")
     parser.add_argument("--folder", help="where the databases go (default: a temp folder)")
+    parser.add_argument("--backends", action="store_true", help="compare SQLite with PostgreSQL (docs/store.md)")
+    parser.add_argument("--writer-runs", type=int, default=10, help="runs each concurrent writer stores")
     args = parser.parse_args()
     folder = Path(args.folder or tempfile.mkdtemp(prefix="store-bench-"))
+    if args.backends:
+        compare_backends(folder, args.runs, args.writer_runs)
+        return
     ingest = bench_ingest(folder, 7)
     series = bench_series(folder, args.runs, 15)
     command = bench_command(folder, args.runs, 7)
@@ -217,6 +233,117 @@ def main() -> None:
     for label, clock in rows:
         print(f"| {label} | {statistics.median(clock.wall) * 1000:.0f} ms | {min(clock.wall) * 1000:.0f} ms "
               f"| {_ms(statistics.median(clock.cpu))} | {_ms(min(clock.cpu))} |")
+
+
+# -- SQLite against PostgreSQL -------------------------------------------------------------------------------
+
+
+def _writer(db: str, artifacts: str, index: int, runs: int, barrier: Any) -> None:
+    """One runner of the fleet: opens the history, then stores `runs` runs of 20 results."""
+    rng = random.Random(index)
+    prepared = [[make_result(rng, i) for i in range(20)] for _ in range(runs)]
+    store = Store(db, artifacts)  # the schema is made by whichever writer comes first, before the clock starts
+    barrier.wait()
+    for n in range(runs):
+        # every writer stores the same new targets: the race on get-or-create is part of what is measured
+        store.ingest(target=target(f"2.{n}"), environment=ENVIRONMENT, runner=f"writer-{index}",
+                     results=prepared[n])
+    store.engine.dispose()
+
+
+def bench_writers(new_db: Callable[[], str], folder: Path, writers: int, runs: int) -> float:
+    """Runs stored per second by `writers` processes started together on a fresh history."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    db = new_db()
+    barrier = context.Barrier(writers + 1)
+    processes = [context.Process(target=_writer, args=(db, str(folder / "artifacts"), i, runs, barrier))
+                 for i in range(writers)]
+    for process in processes:
+        process.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for process in processes:
+        process.join()
+    seconds = time.perf_counter() - started
+    assert all(p.exitcode == 0 for p in processes), [p.exitcode for p in processes]
+    store = Store(db, str(folder / "artifacts"))
+    assert len(store.runs(limit=writers * runs + 1)) == writers * runs
+    store.engine.dispose()
+    return writers * runs / seconds
+
+
+def compare_backends(folder: Path, runs: int, writer_runs: int) -> None:
+    """Concurrent ingest, `series`, `modelci history` and the site on SQLite and on PostgreSQL."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from pgserver import PostgresServer
+
+    from modelci.report.site import generate_site
+
+    server = PostgresServer().start()
+    try:
+        counter = iter(range(1_000_000))
+        new_db = {"SQLite": lambda: str(folder / f"writers-{next(counter)}.db"), "PostgreSQL": server.database}
+        throughput: dict[tuple[str, int], list[float]] = {}
+        for _ in range(3):
+            for writers in (1, 4, 8):
+                for backend, make in new_db.items():
+                    throughput.setdefault((backend, writers), []).append(bench_writers(make, folder, writers,
+                                                                                       writer_runs))
+        print(f"\n### Concurrent writers ({writer_runs} runs of 20 results each; runs stored per second, "
+              "median of 3)\n")
+        print("| writers | SQLite | PostgreSQL |\n|---|---|---|")
+        for writers in (1, 4, 8):
+            print(f"| {writers} | {statistics.median(throughput[('SQLite', writers)]):.1f} "
+                  f"| {statistics.median(throughput[('PostgreSQL', writers)]):.1f} |")
+
+        stores = {"SQLite": Store(str(folder / "history.db"), str(folder / "artifacts")),
+                  "PostgreSQL": Store(server.database(), str(folder / "artifacts"))}
+        for backend, store in stores.items():
+            started = time.perf_counter()
+            fill_history(store, runs)
+            print(f"{backend}: history of {runs} runs written in {time.perf_counter() - started:.1f} s")
+        series = {backend: Clock() for backend in stores}
+        for attempt in range(16):
+            for backend, store in stores.items():
+                with series[backend] if attempt else Clock():
+                    assert len(store.series(WORKLOADS[attempt % len(WORKLOADS)], "time.infer")) == runs
+        command = {backend: Clock() for backend in stores}
+        saved, cwd = dict(os.environ), os.getcwd()
+        os.chdir(folder)
+        try:
+            for attempt in range(8):
+                for backend, store in stores.items():
+                    os.environ.update(MODELCI_DB=store.url, MODELCI_ARTIFACTS=str(folder / "artifacts"))
+                    with contextlib.redirect_stdout(io.StringIO()), command[backend] if attempt else Clock():
+                        assert cli.main(["history", WORKLOADS[0], "--metric", "time.infer"]) == 0
+        finally:
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(saved)
+        site: dict[str, Any] = {}
+        for backend, store in stores.items():
+            site[backend] = generate_site(store, folder / f"site-{backend}", full=True)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"\n### A history of {runs:,} runs on each backend (load average {load:.1f})\n")
+        print("| measurement | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|")
+        rows = [(f"`Store.series` over {runs:,} runs, wall / CPU, median of 15", series),
+                ("`modelci history W --metric time.infer` in process, wall / CPU, median of 7", command)]
+        for label, clocks in rows:
+            a, b = clocks["SQLite"], clocks["PostgreSQL"]
+            print(f"| {label} | {_ms(statistics.median(a.wall))} / {_ms(statistics.median(a.cpu))} "
+                  f"| {_ms(statistics.median(b.wall))} / {_ms(statistics.median(b.cpu))} "
+                  f"| {statistics.median(b.wall) / statistics.median(a.wall):.2f}x |")
+        a, b = site["SQLite"], site["PostgreSQL"]
+        print(f"| the whole site (`generate_site`, full: {a.pages:,} pages), once | {a.seconds:.1f} s "
+              f"| {b.seconds:.1f} s | {b.seconds / a.seconds:.2f}x |")
+        la, lb = a.phases.get("load", float("nan")), b.phases.get("load", float("nan"))
+        print(f"| its load phase (the history's queries) | {la:.2f} s | {lb:.2f} s | {lb / la:.2f}x |")
+        for store in stores.values():
+            store.engine.dispose()
+    finally:
+        server.stop()
 
 
 def _ms(seconds: float) -> str:

@@ -14,14 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
 
 from modelci.config import Config
 from modelci.errors import UserError
 from modelci.records import Result
 from modelci.store import Store
 from modelci.store.noise_schema import NoiseProfileRow
-from modelci.store.schema import TargetRow
 
 #: the measured spread is a maximum over a few runs; the floor doubles it, because the maximum of five
 #: draws underestimates what the next run may show
@@ -130,24 +128,18 @@ def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern:
 
 def save(store: Store, outcome: CalibrationOutcome) -> None:
     """Store the profile; an older profile of the same workload stays as history and the newest wins."""
-    ident = outcome.target.identity()
-    with store.sessions.begin() as session:
-        target_id = session.scalars(select(TargetRow.id).filter_by(**ident)).first()
-        session.add_all(
-            NoiseProfileRow(runner=outcome.runner, workload=e.workload, metric=e.metric, kind=e.kind,
-                            target_id=target_id, environment_id=outcome.environment.id, runs=e.runs, cv=e.cv,
-                            cv_within=e.cv_within, spread_rtol=e.spread_rtol, bit_identical=e.bit_identical)
-            for e in outcome.entries
-        )
+    target_id = store.target_id(outcome.target)
+    store.add_noise_profiles([
+        NoiseProfileRow(runner=outcome.runner, workload=e.workload, metric=e.metric, kind=e.kind,
+                        target_id=target_id, environment_id=outcome.environment.id, runs=e.runs, cv=e.cv,
+                        cv_within=e.cv_within, spread_rtol=e.spread_rtol, bit_identical=e.bit_identical)
+        for e in outcome.entries
+    ])
 
 
 def profile(store: Store, runner: str, workload: str) -> dict[str, NoiseEntry]:
     """The newest noise entry per metric of one workload on one runner (empty when never calibrated)."""
-    with store.sessions() as session:
-        rows = session.scalars(
-            select(NoiseProfileRow).where(NoiseProfileRow.runner == runner, NoiseProfileRow.workload == workload)
-            .order_by(NoiseProfileRow.created_at, NoiseProfileRow.id)
-        ).all()
+    rows = store.noise_profiles(runner, workload)
     return {row.metric: NoiseEntry(row.workload, row.metric, row.kind, row.runs, row.cv, row.cv_within,
                                    row.spread_rtol, row.bit_identical) for row in rows}
 

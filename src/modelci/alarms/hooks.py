@@ -16,7 +16,7 @@ from sqlalchemy import select
 from modelci.alarms import changes, lifecycle, notify, settings
 from modelci.alarms.lifecycle import AlarmEvent, Observation
 from modelci.store.alarms_schema import AlarmRow
-from modelci.store.schema import MetricRow, OutputRow, RunRow
+from modelci.store.schema import MetricRow, OutputRow
 
 log = logging.getLogger("modelci.alarms")
 
@@ -61,8 +61,7 @@ def after_run(config: Any, store: Any, outcome: Any, *, today: date | None = Non
         series = []
     observations = observe(config, store, outcome, report.changes, series)
     observations += lifecycle.stale_observations(store, config.alarms.get("stale_after_days", 7))
-    with store.sessions() as session:
-        target_id = session.get(RunRow, outcome.run_id).target_id
+    target_id = store.run_target_id(outcome.run_id)
     report.events = lifecycle.apply(store, config, observations, run_id=outcome.run_id, target_id=target_id,
                                     target_label=outcome.target.label, today=today)
     report.deliveries = notify.deliver(config, report.events, outcome=outcome, store=store, run_id=outcome.run_id)

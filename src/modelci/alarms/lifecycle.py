@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import func, inspect, select
+from sqlalchemy import func, select
 
 from modelci import checks
 from modelci.alarms import changes
@@ -222,7 +222,7 @@ def _after_silence(row: AlarmRow) -> str:
 
 def _has_alarms(store: Any) -> bool:
     """Whether the history holds the alarm tables (a read-only history made before them does not)."""
-    return inspect(store.engine).has_table(AlarmRow.__tablename__)
+    return store.has_table(AlarmRow.__tablename__)
 
 
 def log_event(store: Any, alarm_ids: Iterable[int], event: str, run_id: int | None = None, detail: str = "") -> None:

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
-from sqlalchemy import func, inspect, select
+from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
 from modelci.store.schema import EnvironmentRow, FindingRow, MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow
@@ -188,7 +188,7 @@ def target_order(targets: list[TargetInfo], first_seen: dict[int, int]) -> list[
 def load_history(store: Any) -> History:
     """Read every target, run and result summary of the history in six queries."""
     # Core rows on a plain connection, unpacked as tuples: the ORM's row handling doubles the time at 125k rows
-    with store.engine.connect() as conn:
+    with store.connect() as conn:
         targets = [TargetInfo(*row) for row in _rows(conn, 
             select(TargetRow.id, TargetRow.kind, TargetRow.name, TargetRow.version, TargetRow.commit,
                    TargetRow.wheel_sha256, TargetRow.commit_date, TargetRow.subject, TargetRow.spec))]
@@ -264,7 +264,7 @@ def _finite(value: Any) -> float | None:
 def run_details(store: Any, run_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
     """For each result id (of the given runs, or all): its error texts and all its findings (rows of result_id,
     check, metric, verdict, gating, message, baseline_result_id), in two queries."""
-    with store.engine.connect() as conn:
+    with store.connect() as conn:
         stmt = select(ResultRow.id, ResultRow.traceback, ResultRow.stderr_tail, ResultRow.code_hash)
         if run_ids is not None:
             stmt = stmt.where(ResultRow.run_id.in_(run_ids))
@@ -286,7 +286,7 @@ def run_details(store: Any, run_ids: list[int] | None = None) -> dict[int, dict[
 
 def run_signatures(store: Any) -> dict[int, tuple[int, int | None]]:
     """Run id -> (number of findings, newest finding id) of its results, in one grouped query."""
-    with store.engine.connect() as conn:
+    with store.connect() as conn:
         stmt = (select(ResultRow.run_id, func.count(FindingRow.id), func.max(FindingRow.id))
                 .select_from(ResultRow).outerjoin(FindingRow, FindingRow.result_id == ResultRow.id)
                 .group_by(ResultRow.run_id))
@@ -353,10 +353,10 @@ def compat_table(store: Any) -> dict[str, Any] | None:
         from modelci.store.compat_schema import CompatResultRow
     except ImportError:
         return None
-    if CompatResultRow.__tablename__ not in inspect(store.engine).get_table_names():
+    if not store.has_table(CompatResultRow.__tablename__):
         return None
     c = CompatResultRow
-    with store.engine.connect() as conn:
+    with store.connect() as conn:
         rows = _rows(conn, select(c.workload, c.format, c.producer_label, c.producer_version, c.consumer_label,
                                   c.consumer_version, c.outcome, c.error, c.unsafe).order_by(c.id))
     if not rows:

@@ -169,7 +169,7 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
 
     # the run pages are the other half of the work: in a forked child when that is safe and worth it
     forking = jobs > 1 and len(history.runs) >= FORK_MIN_RUNS and forked.can_fork()
-    child = forked.Forked(write_runs, before=lambda: store.engine.dispose(close=False)) if forking else None
+    child = forked.Forked(write_runs, before=store.before_fork) if forking else None
     detect = change_detector()
     for workload, results in by_workload.items():
         pages.write(f"w/{slugs[workload]}.html", "workload.html",

@@ -24,14 +24,13 @@ from sqlalchemy.orm import Session, sessionmaker
 import modelci
 from modelci.errors import HarnessError, UserError
 from modelci.records import Metric, Result
-from modelci.store import alarms_schema  # noqa: F401  (registers the alarm tables with Base for create_all)
-from modelci.store import compat_schema  # noqa: F401  (registers the compat tables with Base for create_all)
-from modelci.store import noise_schema  # noqa: F401  (registers the noise-profile table with Base for create_all)
+from modelci.store import alarms_schema  # noqa: F401  (registers its tables with Base)
+from modelci.store import compat_schema  # noqa: F401  (registers its tables with Base)
+from modelci.store import noise_schema  # noqa: F401  (registers its table with Base)
 from modelci.store.artifacts import ArtifactStore
 from modelci.store import migrate
 from modelci.store.schema import (
     ArtifactRow,
-    Base,
     EnvironmentRow,
     FindingRow,
     MetricRow,
@@ -526,6 +525,42 @@ class Store:
                 columns.append(select(func.max(table.id)).scalar_subquery())
         with self.engine.connect() as connection:
             return tuple(connection.execute(select(*columns)).one())
+
+    def has_table(self, name: str) -> bool:
+        """Whether the history holds a table (a read-only history made by an older modelci may lack one)."""
+        return inspect(self.engine).has_table(name)
+
+    def connect(self) -> Any:
+        """A Core connection for read queries (`with store.connect() as connection:`)."""
+        return self.engine.connect()
+
+    def before_fork(self) -> None:
+        """Let a forked child open its own connections: the pooled ones stay the parent's."""
+        self.engine.dispose(close=False)
+
+    def target_id(self, target: Any) -> int | None:
+        """The id of a stored target by its identity; None when it was never stored."""
+        with self.sessions() as session:
+            return session.scalars(select(TargetRow.id).filter_by(**target.identity())).first()
+
+    def run_target_id(self, run_id: int) -> int | None:
+        """The id of the target a stored run ran against."""
+        with self.sessions() as session:
+            return session.scalar(select(RunRow.target_id).where(RunRow.id == run_id))
+
+    def add_noise_profiles(self, rows: list[Any]) -> None:
+        """Store noise-profile rows (`modelci calibrate`) in one transaction."""
+        with self.sessions.begin() as session:
+            session.add_all(rows)
+
+    def noise_profiles(self, runner: str, workload: str) -> list[Any]:
+        """The noise-profile rows of one workload on one runner, oldest first."""
+        from modelci.store.noise_schema import NoiseProfileRow
+
+        with self.sessions() as session:
+            return list(session.scalars(
+                select(NoiseProfileRow).where(NoiseProfileRow.runner == runner, NoiseProfileRow.workload == workload)
+                .order_by(NoiseProfileRow.created_at, NoiseProfileRow.id)))
 
     # -- environments (issue 3: env lock / diff / consistency / check) ------------------------------
 
