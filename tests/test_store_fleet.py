@@ -263,3 +263,16 @@ def test_the_live_dashboard_rebuilds_after_an_alarm_changes_state_on_either_back
     assert site.refresh()
     ingest(store, "1.1", [result("s/A", 1.0)], minutes=1)
     assert site.refresh() and not site.refresh()
+
+
+def test_opening_a_current_history_checks_alembics_head_without_importing_alembic(tmp_path):
+    from modelci.store import migrate
+
+    assert migrate.HEAD == migrate.scripts().get_current_head()
+    db = tmp_path / "history.db"
+    Store(str(db), str(tmp_path / "a")).engine.dispose()
+    probe = ("import sys; from modelci.store import Store; "
+             f"store = Store({str(db)!r}, {str(tmp_path / 'a')!r}); "
+             "print(store.schema.revision, 'alembic' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == [migrate.HEAD, "False"], done.stderr

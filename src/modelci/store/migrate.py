@@ -22,17 +22,22 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import func, inspect, select
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, inspect, select, text
 from sqlalchemy.engine import Connection, Engine
 
 import modelci
 from modelci.errors import UserError
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 MIGRATIONS = Path(__file__).parent / "migrations"
+#: the newest revision in store/migrations/versions (a test checks it is Alembic's head): a history at it is
+#: current, known without importing Alembic, which costs more than a command's own work
+HEAD = "0002"
 #: the advisory lock key of the schema lock on PostgreSQL (any constant; "modelci" in ASCII)
 PG_LOCK_KEY = 0x6D6F64656C6369
 
@@ -55,6 +60,8 @@ class SchemaState:
 
 def config(connection: Connection | None = None) -> Config:
     """An Alembic configuration of the shipped revisions, running on `connection`."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
@@ -63,11 +70,23 @@ def config(connection: Connection | None = None) -> Config:
 
 @lru_cache(maxsize=1)
 def scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(config())
+
+
+def at_head(engine: Engine) -> bool:
+    """Whether the history is at this modelci's revision: the check of every command, in two small queries."""
+    with engine.connect() as connection:
+        if not inspect(connection).has_table("alembic_version"):
+            return False
+        return connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [HEAD]
 
 
 def state(connection: Connection) -> SchemaState:
     """The schema state of the database behind `connection` (reads only)."""
+    from alembic.runtime.migration import MigrationContext
+
     tables = set(inspect(connection).get_table_names())
     revision = MigrationContext.configure(connection).get_current_revision() if "alembic_version" in tables else None
     directory = scripts()
@@ -120,6 +139,8 @@ def inspect_state(engine: Engine) -> SchemaState:
 
 def ensure(engine: Engine, url: str, readonly: bool) -> SchemaState:
     """Bring the history to this modelci's schema where that is safe, or say why not (a UserError)."""
+    if at_head(engine):
+        return SchemaState(HEAD, True, HEAD, (), True)
     found = inspect_state(engine)
     refuse_newer(found, url)
     if found.current:
@@ -143,6 +164,8 @@ def upgrade(engine: Engine, url: str) -> SchemaState:
         found = state(connection)
         refuse_newer(found, url)
         if found.pending:
+            from alembic import command
+
             command.upgrade(config(connection), "head")
         return state(connection)
 
