@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
 from modelci.store import Store
 
@@ -165,13 +165,13 @@ def test_a_server_that_refuses_the_connection_is_a_harness_error(tmp_path):
 
 def legacy_history(db: str) -> None:
     """A history as the hand-written schema code made it (before schema revisions): every table of that time but
-    the alarm tables (which it added later, within the same schema version), schema_info version 1, no
-    alembic_version, and without the index a later revision adds."""
+    the alarm tables (which it added later, within the same schema version) and the run links (a later revision),
+    schema_info version 1, no alembic_version, and without the index a later revision adds."""
     from modelci.store import database_url
     from modelci.store.schema import Base
 
     engine = create_engine(database_url(db))
-    legacy = [t for t in Base.metadata.sorted_tables if t.name not in ("alarms", "alarm_events")]
+    legacy = [t for t in Base.metadata.sorted_tables if t.name not in ("alarms", "alarm_events", "run_links")]
     Base.metadata.create_all(engine, tables=legacy)
     with engine.begin() as connection:
         connection.execute(text("DROP INDEX ix_runs_runner_started"))
@@ -180,8 +180,6 @@ def legacy_history(db: str) -> None:
 
 
 def index_names(store: Store, table: str) -> set[str]:
-    from sqlalchemy import inspect
-
     return {index["name"] for index in inspect(store.engine).get_indexes(table)}
 
 
@@ -189,14 +187,14 @@ def test_a_history_from_before_revisions_is_adopted_and_upgraded(history_db, tmp
     legacy_history(history_db)
     inspected = Store(history_db, str(tmp_path / "a"), schema="inspect")
     assert inspected.schema.revision is None and inspected.schema.has_history
-    assert inspected.schema.pending == ("0001", "0002")
+    assert inspected.schema.pending == ("0001", "0002", "0003")
     assert "ix_runs_runner_started" not in index_names(inspected, "runs")
     inspected.engine.dispose()
 
     store = Store(history_db, str(tmp_path / "a"))  # a writer upgrades it by itself: both revisions only add
-    assert store.schema.revision == store.schema.head == "0002" and store.schema.current
+    assert store.schema.revision == store.schema.head == "0003" and store.schema.current
     assert "ix_runs_runner_started" in index_names(store, "runs")
-    assert {"alarms", "alarm_events"} <= set(__import__("sqlalchemy").inspect(store.engine).get_table_names())
+    assert {"alarms", "alarm_events", "run_links"} <= set(inspect(store.engine).get_table_names())
     with store.engine.connect() as connection:
         assert connection.execute(text("SELECT version FROM schema_info")).all() == [(1,)]
 
@@ -225,18 +223,18 @@ def test_a_history_upgraded_by_a_newer_modelci_is_refused_with_what_to_do(histor
     code, out = cli(tmp_path, history_db)
     assert code == 2 and "schema revision 9999, which a newer modelci made" in out and "pip install -U modelci" in out
     code, out = cli(tmp_path, history_db, "db", "current")
-    assert code == 0 and "revision 9999, newer than this modelci's 0002" in out
+    assert code == 0 and "revision 9999, newer than this modelci's 0003" in out
 
 
 def test_db_current_and_upgrade_through_the_cli(tmp_path):
     db = str(tmp_path / "history.db")
     legacy_history(db)
     code, out = cli(tmp_path, db, "db", "current")
-    assert code == 0 and "pending: 0001, 0002" in out
+    assert code == 0 and "pending: 0001, 0002, 0003" in out
     code, out = cli(tmp_path, db, "db", "upgrade")
-    assert code == 0 and "revision 0002 (this modelci's head): up to date" in out
+    assert code == 0 and "revision 0003 (this modelci's head): up to date" in out
     with sqlite3.connect(db) as connection:
-        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
 
 
 # -- serve notices every change ------------------------------------------------------------------------------

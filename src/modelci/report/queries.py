@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 from sqlalchemy.exc import DBAPIError
 
 from modelci.store.schema import EnvironmentRow, FindingRow, MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow

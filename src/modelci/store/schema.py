@@ -1,5 +1,6 @@
 """The history schema. One schema for SQLite and PostgreSQL; each change of it is an Alembic revision in
-store/migrations/versions (store/migrate.py).
+store/migrations/versions (store/migrate.py, docs/store.md): a table or column added here without one is
+caught by tests/test_store_fleet.py, which compares what the revisions make with these classes.
 
 Nothing stored is rewritten: rows are only inserted, except a run's status and end time, and
 findings that are added after the checks ran.
