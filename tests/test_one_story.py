@@ -283,3 +283,23 @@ def test_the_baseline_of_a_commit_is_its_nearest_ancestor_with_a_good_result(tmp
     assert chosen.result_id == 5 and "1 commit before" in rule and "commit graph" in rule
     chosen, rule = baselines.Chooser(target, tmp_path / "cache").choose(found[:1])
     assert chosen is None and "no earlier commit" in rule
+
+
+@pytest.mark.parametrize("noise_cv, opened", [(None, False), (0.03, True), (0.10, False)])
+def test_a_runs_one_sample_memory_difference_alarms_only_past_a_calibrated_noise_floor(tmp_path, noise_cv, opened):
+    from alarm_history import History, timed
+
+    from modelci import calibrate
+
+    history = History(tmp_path / "project")
+    first = history.run("1.0", [timed("suite/Grows", 0.1)])  # peak 100 MiB
+    if noise_cv is not None:
+        entry = calibrate.NoiseEntry("suite/Grows", "mem.peak_rss", "memory", runs=5, cv=noise_cv)
+        calibrate.save(history.store, calibrate.CalibrationOutcome(first.target, first.environment, "ci", [],
+                                                                   entries=[entry]))
+    grown = timed("suite/Grows", 0.1, seed=1, extra={"mem.peak_rss": [125.0 * MiB]})  # 1.25x, +25 MiB
+    outcome = history.run("1.1", [grown])
+    (peak,) = [f for f in outcome.comparisons[0].findings if f.metric == "mem.peak_rss"]
+    # 3 x 3% = 9% < 25%: past the floor; 3 x 10% = 30%: within it; uncalibrated: waits for a confirmation
+    assert (peak.verdict == "regression" and peak.gating) is opened
+    assert [(e.event, e.alarm.metric) for e in outcome.alarms.events] == ([("open", "mem.peak_rss")] if opened else [])
