@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/stability.py --a numpy==1.26.4 --b numpy==2.1.3 --suite zoo:numpy [--pairs 3]
     .venv/bin/python benchmarks/stability.py --a paddlepaddle==2.6.2 --b paddlepaddle==3.0.0 --suite zoo:paddle
+    .venv/bin/python benchmarks/stability.py ... --from-reports DIR   # the tables again from kept reports
 
 In a fresh project (its own history; the environment cache is the user's) it runs `modelci compare A B --rerun`
 2 x `--pairs` times, one after the other, and for each compare takes its gating verdict set: every finding that
@@ -11,7 +12,10 @@ also reports the set a compare would have had with one pass per side and no conf
 flagged, before the A B B A confirmation judged it, memory included), which is how `compare` judged before.
 
 It also counts the alarms each compare opened (the JSON's `alarms`): an alarm must open only for a verdict of
-the compare's own set. It exits 1 when two compares of a pair disagree.
+the compare's own set. For a pair that disagrees it lists each verdict found by one compare only, with the
+ratios both compares measured (first pass / confirmation), and it says apart whether the gating *regressions*
+agree (what alarms open for). It exits 1 when two compares of a pair disagree. `--keep DIR` keeps the JSON
+reports; `--from-reports DIR` makes the tables from kept ones without running anything.
 """
 
 from __future__ import annotations
@@ -76,6 +80,25 @@ def one_pass_set(report: dict) -> set[str]:
     return found
 
 
+def regressions(found: set[str]) -> set[str]:
+    return {v for v in found if not v.endswith(" improvement")}
+
+
+def ratios(report: dict, verdict: str) -> str:
+    """The ratio a compare measured for the workload and metric of `verdict`, first pass / confirmation."""
+    workload, metric = verdict.split(" ")[:2]
+    for result in report["results"]:
+        if short(result["workload"]) != workload:
+            continue
+        for f in result["findings"]:
+            if f["metric"] == metric:
+                first = f["numbers"].get("ratio")
+                second = (f["numbers"].get("confirmation") or {}).get("ratio")
+                text = f"{first:.2f}x" if isinstance(first, (int, float)) else "-"
+                return text + (f" / {second:.2f}x" if isinstance(second, (int, float)) else "")
+    return "-"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", required=True)
@@ -83,11 +106,25 @@ def main() -> int:
     parser.add_argument("--suite", required=True)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--write-docs", action="store_true", help="replace the suite's block in docs/zoo.md")
+    parser.add_argument("--keep", metavar="DIR", help="keep each compare's JSON report (and its wall time) in DIR")
+    parser.add_argument("--from-reports", metavar="DIR", help="read the reports kept in DIR instead of running")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="modelci-stability-") as folder:
-        project = Path(folder)
-        runs = [compare(project, args.a, args.b, args.suite, i + 1) for i in range(2 * args.pairs)]
+    if args.from_reports:
+        kept = sorted(Path(args.from_reports).glob("compare*.json"), key=lambda p: int(p.stem[7:]))
+        runs = [{"code": int(bool(json.loads(p.read_text())["regressed"])), "wall": float("nan"),
+                 "load": float("nan"), "report": json.loads(p.read_text())} for p in kept]
+        args.pairs = len(runs) // 2
+        runs = runs[:2 * args.pairs]
+    else:
+        with tempfile.TemporaryDirectory(prefix="modelci-stability-") as folder:
+            project = Path(folder)
+            runs = []
+            for i in range(2 * args.pairs):
+                runs.append(compare(project, args.a, args.b, args.suite, i + 1))
+                if args.keep:
+                    Path(args.keep).mkdir(parents=True, exist_ok=True)
+                    (Path(args.keep) / f"compare{i + 1}.json").write_text(json.dumps(runs[-1]["report"]))
     sets = [gating_set(r["report"]) for r in runs]
     single = [one_pass_set(r["report"]) for r in runs]
     lines = [f"Measured {date.today()} on {platform.machine()} Linux ({os.cpu_count()} cores): "
@@ -100,10 +137,21 @@ def main() -> int:
                      f"{', '.join(sorted(found)) or '(none)'} | {opened} | {', '.join(sorted(first)) or '(none)'} |")
     agree = [sets[2 * p] == sets[2 * p + 1] for p in range(args.pairs)]
     agree_single = [single[2 * p] == single[2 * p + 1] for p in range(args.pairs)]
+    agree_regressions = [regressions(sets[2 * p]) == regressions(sets[2 * p + 1]) for p in range(args.pairs)]
+    agree_single_regressions = [regressions(single[2 * p]) == regressions(single[2 * p + 1])
+                                for p in range(args.pairs)]
     lines += ["", f"Pairs whose gating verdict sets agree: {sum(agree)} of {args.pairs} "
                   f"(with one pass per side and no confirmation: {sum(agree_single)} of {args.pairs}); "
+                  f"whose gating regressions agree: {sum(agree_regressions)} of {args.pairs} "
+                  f"(one pass: {sum(agree_single_regressions)} of {args.pairs}); "
                   f"distinct sets over all {len(runs)} compares: {len({frozenset(s) for s in sets})} "
                   f"(one pass: {len({frozenset(s) for s in single})})."]
+    for p in range(args.pairs):
+        first, second = 2 * p, 2 * p + 1
+        for verdict in sorted(sets[first] ^ sets[second]):
+            only = first + 1 if verdict in sets[first] else second + 1
+            lines.append(f"- pair {p + 1}: {verdict} only in compare {only}; ratio (first pass / confirmation) {ratios(runs[first]['report'], verdict)} in compare "
+                         f"{first + 1}, {ratios(runs[second]['report'], verdict)} in compare {second + 1}")
     text = "\n".join(lines)
     print(text)
     if args.write_docs:

@@ -128,7 +128,8 @@ def test_a_timing_difference_the_confirmation_rejects_opens_no_alarm_and_says_ok
     assert (suite / "slowed-once").exists()  # the first B run was slow ...
     (entry,) = report["results"]
     infer = next(f for f in entry["findings"] if f["metric"] == "time.infer")
-    assert infer["numbers"]["ratio"] > 2 and infer["numbers"]["confirmation"]["confirmed"] is False  # ... the second not
+    # ... the second was not
+    assert infer["numbers"]["ratio"] > 2 and infer["numbers"]["confirmation"]["confirmed"] is False
     # one verdict everywhere: console, exit code, JSON, stored findings, alarms, notifications
     assert code == 0 and not report["regressed"] and infer["verdict"] == "ok"
     assert _verdict(console, "time.infer") == "ok"
