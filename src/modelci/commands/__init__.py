@@ -6,6 +6,7 @@ over a library"). A new command adds its module here, and nowhere else.
 
 #: the command modules, in the order `modelci --help` lists them
 COMMANDS = [
+    "modelci.commands.init",
     "modelci.commands.run",
     "modelci.commands.compare",
     "modelci.commands.calibrate",

@@ -1,0 +1,31 @@
+"""`modelci init`: write a commented `modelci.toml` and a suite folder with one real workload."""
+
+from __future__ import annotations
+
+from modelci.commands import EXIT_OK
+
+
+def add_parser(sub) -> None:
+    """Declare the command."""
+    from modelci.starter import SUITE, frameworks
+
+    parser = sub.add_parser("init", help="start a project: a commented modelci.toml and a suite with one workload")
+    parser.add_argument("--framework", choices=frameworks(), default="numpy",
+                        help="the framework of the starter workload (default numpy)")
+    parser.add_argument("--dir", default=".", metavar="PATH",
+                        help=f"folder to write modelci.toml and {SUITE}/ into (default: here; made when missing)")
+
+
+def main(args, cfg) -> int:
+    """Write the files, say what was written and what to run next."""
+    from modelci.report import console as views
+    from modelci.starter import init
+
+    written = init(args.dir, args.framework)
+    out = views.console()
+    for path in (written.config, written.workload):
+        out.print(f"wrote {path}", markup=False, highlight=False)
+    where = "" if args.dir == "." else f"cd {args.dir} && "
+    out.print(f"next: {where}{written.command}   (any release, a .whl, git+URL@REF or --repo PATH --ref REF)",
+              markup=False, highlight=False)
+    return EXIT_OK

@@ -1,0 +1,114 @@
+"""`modelci init`: a starting point for a team, a `modelci.toml` and a suite folder with one real workload.
+
+The config holds the options a team changes first, each with a comment saying what it does (the rest:
+`modelci config`), and names the suite folder in `suites`, so that a plain `modelci run --target SPEC` in the
+folder runs it. The workload is a real model of the chosen framework, built from the seed, that passes its first
+run: `templates/<framework>_classifier.py` (never named like the framework, which it would hide while imported).
+Nothing is ever overwritten: when any file or folder it would write exists, nothing is written and the error
+names what is in the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import modelci
+from modelci.errors import UserError
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+#: framework -> (the distribution a target names, the workload file written into the suite folder)
+FRAMEWORKS = {
+    "numpy": ("numpy", "classifier.py"),
+    "torch": ("torch", "classifier.py"),
+    "paddle": ("paddlepaddle", "classifier.py"),
+}
+#: the suite folder `init` writes, named in the config's `suites`; workload ids are `models/<Class>`
+SUITE = "models"
+
+CONFIG = '''\
+# modelci configuration, written by `modelci init --framework {framework}` (modelci {version}).
+# `modelci config` lists every option, its value and where the value came from. Precedence: command-line
+# flags > MODELCI_<OPTION> environment variables > this file > the defaults.
+
+# The suites `run`, `compare` and `calibrate` use when no --suite is given: folders of workload files (every
+# *.py not starting with `_`), or zoo:NAME for a built-in suite.
+suites = ["{suite}"]
+
+# The label stored with every run. Results are judged only against the same runner's, so give each kind of
+# machine its own label (default: the host name, which changes on every hosted CI runner).
+# runner = "ci-cpu"
+
+# Where the history lives: a SQLite file, or a SQLAlchemy URL such as postgresql://modelci@db.example/modelci
+# (a server every CI job reaches; MODELCI_DB keeps its password out of this file).
+# db = ".modelci/history.db"
+
+# Where the output arrays go: a folder, or any fsspec URL such as s3://bucket/modelci (`pip install 'modelci[s3]'`).
+# artifacts = ".modelci/artifacts"
+
+# Seconds one workload may take before it is killed and recorded as `timeout`.
+timeout = 900
+
+# BLAS/OpenMP threads per workload: a fixed count keeps timings comparable on a shared runner.
+# threads = 1
+
+# Where environments and built wheels are cached; a CI cache of this folder saves the installs between jobs.
+# cache_dir = "~/.cache/modelci"
+
+[checks]  # how strictly every workload and metric is judged (per workload: [[overrides]] below)
+# slower only past this ratio of the baseline's median time AND when a one-sided rank test gives p < alpha
+# timing_factor = 1.10
+# alpha = 0.05
+# more peak memory only past this ratio
+# memory_factor = 1.10
+
+# Per workload and/or metric (glob patterns), applied in order; e.g. looser output tolerances for one model:
+# [[overrides]]
+# workload = "{suite}/*"
+# metric = "output:*"
+# rtol = 1e-4
+'''
+
+
+@dataclass
+class Written:
+    """What `init` wrote: the config file, the suite folder, the workload file, and a first command to run."""
+
+    config: Path
+    suite: Path
+    workload: Path
+    command: str
+
+
+def frameworks() -> list[str]:
+    """The frameworks `init` has a starter workload for."""
+    return list(FRAMEWORKS)
+
+
+def render_config(framework: str) -> str:
+    """The text of the `modelci.toml` that `init` writes for `framework`."""
+    return CONFIG.format(framework=framework, version=modelci.__version__, suite=SUITE)
+
+
+def init(folder: str | Path, framework: str) -> Written:
+    """Write `modelci.toml` and `models/<file>` into `folder` (made when missing); refuse if any of them exists."""
+    if framework not in FRAMEWORKS:
+        raise UserError(f"no starter for framework {framework!r}; choose one of {', '.join(FRAMEWORKS)}")
+    dist, filename = FRAMEWORKS[framework]
+    root = Path(folder)
+    if root.exists() and not root.is_dir():
+        raise UserError(f"{root} is a file, not a folder; pass --dir with a folder (it is made when missing)")
+    config, suite = root / "modelci.toml", root / SUITE
+    workload = suite / filename
+    in_the_way = [str(p) for p in (config, suite) if p.exists() or p.is_symlink()]
+    if in_the_way:
+        raise UserError(f"{' and '.join(in_the_way)} already exist{'s' if len(in_the_way) == 1 else ''}; "
+                        "modelci init never overwrites anything: move them away, or pass --dir with another folder")
+    try:
+        suite.mkdir(parents=True)
+        workload.write_text((TEMPLATES / f"{framework}_classifier.py").read_text())
+        with open(config, "x") as fh:  # "x": a config that appeared meanwhile is not overwritten either
+            fh.write(render_config(framework))
+    except OSError as exc:
+        raise UserError(f"cannot write the starter into {root}: {exc.strerror} ({exc.filename})") from None
+    return Written(config=config, suite=suite, workload=workload, command=f"modelci run --target {dist}")
