@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
                                                        "(`modelci env lock`); --target defaults to the lock's target")
     add_selection(parser)
     parser.add_argument("--reuse", action="store_true", help="reuse stored results of the same target, env and code")
+    parser.add_argument("--no-alarms", dest="alarms", action="store_false",
+                        help="judge and store the run, but open, update, recover and notify no alarm: a pull "
+                             "request's build is not the main line's history")
     add_report_files(parser)
     chain = parser.add_argument_group("bisect on alarm", "when the run opens an alarm, find the commit that caused it")
     chain.add_argument("--bisect-on-alarm", action="store_true",
@@ -75,7 +78,7 @@ def main(args, cfg) -> int:
     try:
         outcome = workflow.run(cfg, spec, args.suite or cfg.suites, args.pattern, reuse=args.reuse,
                                progress=views.Progress(quiet=args.quiet), command=args.command_line,
-                               lock=args.lock)
+                               lock=args.lock, alarms=args.alarms)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         if exc.outcome is not None:  # the report files say what finished, marked interrupted
@@ -114,6 +117,8 @@ def bisect_plan(args, spec: str | None) -> dict | None:
             if value:
                 raise UserError(f"{flag} goes with --bisect-on-alarm")
         return None
+    if not args.alarms:
+        raise UserError("--bisect-on-alarm bisects the alarms the run opens, and --no-alarms opens none; drop one")
     if not args.good:
         raise UserError("--bisect-on-alarm needs --good REF: a commit of the same repository where the workloads "
                         "were good")
