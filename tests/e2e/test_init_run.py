@@ -28,20 +28,26 @@ def modelci(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=900)
 
 
-def test_numpy_starter_passes_its_first_run(tmp_path):
-    init = modelci(tmp_path, "init", "--framework", "numpy", "--dir", "team")
+@pytest.mark.parametrize("framework, target, workload", [
+    ("numpy", f"numpy=={numpy.__version__}", "models/SoftmaxClassifier"),
+    # torch 2.13.0 from the find-links of the user's pip configuration; the environment is the one the zoo:torch
+    # end-to-end test builds (torch and numpy), so this costs the run alone
+    pytest.param("torch", "torch==2.13.0", "models/MLPClassifier", marks=pytest.mark.torch),
+])
+def test_starter_passes_its_first_run(tmp_path, framework, target, workload):
+    init = modelci(tmp_path, "init", "--framework", framework, "--dir", "team")
     assert init.returncode == 0, init.stdout + init.stderr
     project = tmp_path / "team"
     # the suite comes from the written modelci.toml: no --suite
-    proc = modelci(project, "run", "--target", f"numpy=={numpy.__version__}", "--json", "report.json",
+    proc = modelci(project, "run", "--target", target, "--json", "report.json",
                    "--junit", "junit.xml", "--markdown", "summary.md")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((project / "report.json").read_text())
-    assert [(r["workload"], r["status"]) for r in report["results"]] == [("models/SoftmaxClassifier", "ok")]
-    assert report["run"]["target"]["version"] == numpy.__version__
+    assert [(r["workload"], r["status"]) for r in report["results"]] == [(workload, "ok")]
+    assert report["run"]["target"]["version"].startswith(target.split("==")[1])
     assert report["results"][0]["metrics"]["loss"]["n"] == 20
     junit = ET.parse(project / "junit.xml").getroot()
     assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("1", "0", "0")
-    assert [c.get("classname") for c in junit.iter("testcase")] == ["models.SoftmaxClassifier"]
-    assert "models/SoftmaxClassifier" in (project / "summary.md").read_text()
+    assert [c.get("classname") for c in junit.iter("testcase")] == [workload.replace("/", ".")]
+    assert workload in (project / "summary.md").read_text()
     assert (project / ".modelci" / "history.db").is_file()

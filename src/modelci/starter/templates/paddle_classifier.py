@@ -49,7 +49,7 @@ class MLPClassifier(modelci.Workload):
         self.optimizer.clear_grad()
         loss.backward()
         self.optimizer.step()
-        return float(loss)
+        return loss.item()
 
     def infer(self, ctx: modelci.Context) -> dict:
         self.model.eval()

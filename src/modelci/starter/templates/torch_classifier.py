@@ -48,7 +48,7 @@ class MLPClassifier(modelci.Workload):
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        return float(loss)
+        return loss.item()
 
     def infer(self, ctx: modelci.Context) -> dict:
         self.model.eval()
