@@ -39,8 +39,8 @@ suites = ["{suite}"]
 # machine its own label (default: the host name, which changes on every hosted CI runner).
 # runner = "ci-cpu"
 
-# Where the history lives: a SQLite file, or a SQLAlchemy URL such as postgresql://modelci@db.example/modelci
-# (a server every CI job reaches; MODELCI_DB keeps its password out of this file).
+# Where the history lives: a SQLite file, or postgresql://modelci@db.example/modelci for one history shared by
+# runners on many machines (`pip install 'modelci[postgres]'`; MODELCI_DB keeps a password out of this file).
 # db = ".modelci/history.db"
 
 # Where the output arrays go: a folder, or any fsspec URL such as s3://bucket/modelci (`pip install 'modelci[s3]'`).
