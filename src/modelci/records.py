@@ -54,3 +54,35 @@ class Result:
     id: int | None = None
     #: True when taken from the history instead of executed again
     reused: bool = False
+
+
+def clean_text(text: str) -> str:
+    """`text` as any database can store it: a lone surrogate (what `os.fsdecode` makes of a file name that is
+    not UTF-8, `data-\\udcff.bin`) and a NUL (PostgreSQL's text refuses it) become visible escapes; the rest is
+    kept. A workload's message must never make the run that holds it impossible to store."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\x00")
+
+
+def clean(value: Any) -> Any:
+    """`clean_text` applied to every string inside `value` (dicts, lists, tuples), keys included."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(clean(v) for v in value)
+    return value
+
+
+def clean_result(result: Result) -> Result:
+    """Make every string a Result holds storable (`clean_text`), in place; returns it."""
+    for name in ("workload", "status", "reason", "traceback", "stderr_tail", "code_hash", "framework", "domain"):
+        setattr(result, name, clean_text(getattr(result, name)))
+    result.info = clean(result.info)
+    for metric in result.metrics.values():
+        metric.name, metric.unit = clean_text(metric.name), clean_text(metric.unit)
+    result.metrics = {metric.name: metric for metric in result.metrics.values()}
+    return result

@@ -203,7 +203,8 @@ def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloa
     results = []
     for error in errors:
         where = f"{error['file']}, line {error['line']}" if error.get("line") else error["file"]
-        results.append(Result(workload=f"{error['suite']}/{Path(error['file']).name}", status="error",
+        results.append(Result(workload=error.get("workload") or f"{error['suite']}/{Path(error['file']).name}",
+                              status="error",
                               reason=f"{where}: {error['message']}", traceback=error.get("traceback", ""),
                               code_hash=error.get("code_hash", "")))
     for name, folder in suites.items():

@@ -252,7 +252,7 @@ class Executor:
         """Execute one workload, forked when that is safe, and turn whatever happened into a Result."""
         if not self.suite_folders:
             self.suite_folders = list(suites.values())
-        out = Path(tempfile.mkdtemp(prefix=workload.name[:40] + "-", dir=self.scratch))
+        out = Path(tempfile.mkdtemp(prefix=local.scratch_prefix(workload.name), dir=self.scratch))
         # with isolation = "spawn" every process is fresh, the other ranks of a `devices > 1` workload too
         argv = local.run_args(suites, workload, out, seed=self.seed, repeats=repeats, save=save,
                               ranks="spawn" if self.configured == "spawn" else "fork")

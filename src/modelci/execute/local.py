@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -179,11 +180,17 @@ def run_workload(
     threads: int = 0,
 ) -> Result:
     """Execute one workload in a fresh process and turn whatever happened into a Result."""
-    out = Path(tempfile.mkdtemp(prefix=workload.name[:40] + "-", dir=scratch))
+    out = Path(tempfile.mkdtemp(prefix=scratch_prefix(workload.name), dir=scratch))
     cmd = [str(python), "-m", "modelci.workload.child", *run_args(suites, workload, out, seed=seed, repeats=repeats,
                                                                   save=save)]
     code, seconds = spawn(cmd, child_env(shim_dir(scratch), seed, threads), out, timeout)
     return child_outcome(workload, out, code, seconds, timeout)
+
+
+def scratch_prefix(name: str) -> str:
+    """The start of a workload's scratch folder name: its name, cut short, with nothing that is not a letter,
+    digit, `_`, `.` or `-` (discovery refuses such names; a folder name must never leave the scratch area)."""
+    return re.sub(r"[^\w.-]", "_", name[:40]).lstrip(".") + "-"
 
 
 def run_args(suites: dict[str, Path], workload: WorkloadInfo, out: Path, *, seed: int = 0,

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import modelci
 from modelci.errors import HarnessError, UserError
-from modelci.records import Metric, Result
+from modelci.records import Metric, Result, clean_result, clean_text
 from modelci.store import alarms_schema  # noqa: F401  (registers its tables with Base)
 from modelci.store import compat_schema  # noqa: F401  (registers its tables with Base)
 from modelci.store import noise_schema  # noqa: F401  (registers its table with Base)
@@ -230,6 +230,10 @@ class Store:
         """
         if self.readonly:
             self.refuse_write()
+        # any string is stored: what a workload or the command line holds is made storable here, the one door
+        for result in results:
+            clean_result(result)
+        suites, selection, command = [clean_text(s) for s in suites or []], clean_text(selection), clean_text(command)
         # blobs first: content-addressed, so a blob without a row is harmless, a row without a blob is not
         digests = [{name: self.artifacts.put_array(array) for name, array in r.outputs.items()} for r in results]
         try:

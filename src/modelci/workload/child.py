@@ -18,6 +18,7 @@ import inspect
 import json
 import os
 import platform
+import re
 import resource
 import signal
 import socket
@@ -101,7 +102,7 @@ def enter_suite(folder: Path) -> None:
 def import_file(path: Path, suite: str) -> Any:
     """Import one suite file by path under a module name private to its suite, with its folder's modules
     importable (`enter_suite`)."""
-    module_name = f"{SUITE_MODULE}{suite}_{path.stem}".replace("-", "_").replace(".", "_")
+    module_name = re.sub(r"\W", "_", f"{SUITE_MODULE}{suite}_{path.stem}")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
@@ -113,18 +114,46 @@ def import_file(path: Path, suite: str) -> Any:
 
 
 def workload_classes(module: Any) -> list[type[Workload]]:
-    """Workload subclasses defined in `module` itself (not imported into it), in source order."""
-    found = [
-        obj
-        for obj in vars(module).values()
-        if isinstance(obj, type)
-        and issubclass(obj, Workload)
-        and obj is not Workload
-        and obj.__module__ == module.__name__
-        and not obj.__name__.startswith("_")
-        and not inspect.isabstract(obj)
-    ]
-    return sorted(found, key=lambda cls: inspect.getsourcelines(cls)[1])
+    """Workload subclasses defined in `module` itself (not imported into it), in source order.
+
+    A class made by a factory (`Made = make(...)`, or `type(...)`) counts as well: it is found by the name the
+    module binds it to, and placed after the classes whose source line is known, in binding order. A class bound
+    to two names is one workload.
+    """
+    found: list[type[Workload]] = []
+    for obj in vars(module).values():
+        if (isinstance(obj, type) and issubclass(obj, Workload) and obj is not Workload
+                and obj.__module__ == module.__name__ and not obj.__name__.startswith("_")
+                and not inspect.isabstract(obj) and obj not in found):
+            found.append(obj)
+    return sorted(found, key=lambda cls: (source_line(cls) or float("inf"), found.index(cls)))
+
+
+def source_line(cls: type) -> int | None:
+    """The line where `cls` is defined, or None when Python cannot say (a class made by `type(...)`)."""
+    try:
+        return inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return None
+
+
+#: what a workload name may hold: letters, digits, `_`, `.`, `-`, `+`, `=`; it names folders and files, so no
+#: separator, no leading dot (`..`), no space or control character
+NAME_RULE = re.compile(r"[^\W][\w.+=-]*")
+#: the longest workload name
+NAME_MAX = 100
+
+
+def name_problem(name: Any) -> str:
+    """Why `name` cannot be a workload name (the rule it breaks), or "" when it can."""
+    if not isinstance(name, str) or not name:
+        return f"the name must be a non-empty string, not {name!r}"
+    if len(name) > NAME_MAX:
+        return f"the name is {len(name)} characters long; the most is {NAME_MAX}"
+    if not NAME_RULE.fullmatch(name):
+        return ("a name may hold only letters, digits and _ . - + =, and start with a letter, digit or _ "
+                "(it names files and folders: no '/', no '..', no spaces)")
+    return ""
 
 
 def error_location(exc: BaseException, path: Path) -> int | None:
@@ -195,8 +224,37 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
                     }
                 )
                 continue
-            workloads.extend(describe(cls, suite, path, digest) for cls in classes)
-    return {"protocol": PROTOCOL, "workloads": workloads, "errors": errors}
+            for cls in classes:
+                problem = name_problem(cls.workload_name())
+                if problem:
+                    errors.append({"suite": suite, "file": str(path), "line": source_line(cls), "code_hash": digest,
+                                   "workload": f"{suite}/{path.name}:{cls.__name__}",
+                                   "message": f"class {cls.__name__}: workload name {cls.workload_name()!r} is not "
+                                              f"allowed: {problem}; set `name` to one that is"})
+                else:
+                    workloads.append(describe(cls, suite, path, digest) | {"line": source_line(cls)})
+    return {"protocol": PROTOCOL, "workloads": workloads, "errors": errors + duplicates(workloads)}
+
+
+def duplicates(workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Workloads that share an id: all of them leave `workloads` (in place), and each id becomes one error
+    naming every place that defines it. Their results would be merged in the history under one id."""
+    places: dict[str, list[dict[str, Any]]] = {}
+    for workload in workloads:
+        places.setdefault(workload["id"], []).append(workload)
+    errors = []
+    for workload_id, defined in places.items():
+        if len(defined) < 2:
+            continue
+        where = " and ".join(f"{w['file']}, line {w['line']} (class {w['class']})" if w.get("line")
+                             else f"{w['file']} (class {w['class']})" for w in defined)
+        errors.append({"suite": defined[0]["suite"], "file": defined[0]["file"], "line": defined[0].get("line"),
+                       "workload": workload_id, "code_hash": defined[0]["code_hash"],
+                       "message": f"workload id {workload_id!r} is defined {len(defined)} times: {where}; give each "
+                                  "a different `name` (or class name)"})
+        for workload in defined:
+            workloads.remove(workload)
+    return errors
 
 
 # -- execution ------------------------------------------------------------------------------------
@@ -598,7 +656,9 @@ def parse_suites(values: list[str]) -> dict[str, Path]:
     """`NAME=DIR` arguments to an ordered mapping."""
     suites = {}
     for value in values:
-        name, sep, folder = value.partition("=")
+        # the folder is absolute, so the first "=/" ends the name, which may hold "=" itself (`bs=32`)
+        cut = value.find("=" + os.sep)
+        name, sep, folder = (value[:cut], "=", value[cut + 1:]) if cut > 0 else value.partition("=")
         if not sep:
             raise SystemExit(f"--suite expects NAME=DIR, got {value!r}")
         suites[name] = Path(folder)
