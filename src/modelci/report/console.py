@@ -105,7 +105,9 @@ def render_run(outcome: Any, out: Console) -> None:
     out.print(f"[bold]{run}[/] · target [bold]{escape(target.label)}[/] · environment {outcome.environment.id} · "
               f"runner {escape(outcome.runner)}")
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("workload", "status", "train (median step)", "infer (median)", "peak RSS", "baseline", "verdict"):
+    saving = any(r.info.get("saved") for r in outcome.results)
+    columns = ["workload", "status", "train (median step)", "infer (median)", "peak RSS", "baseline", "verdict"]
+    for column in columns + (["saved"] if saving else []):
         table.add_column(column)
     for comparison in outcome.comparisons:
         result = comparison.result
@@ -116,6 +118,7 @@ def render_run(outcome: Any, out: Console) -> None:
             _fmt(_median(result, "mem.peak_rss"), "bytes"),
             f"result {base.id}" if base is not None else "none yet",
             _verdict_summary(comparison.findings),
+            *([saved_summary(result)] if saving else []),
         )
     out.print(table)
     render_baseline_rules(outcome.comparisons, out)
@@ -155,11 +158,24 @@ def render_failure(result: Any, out: Console) -> None:
         out.print("[dim]" + escape("\n".join(detail.strip().splitlines()[-12:])) + "[/]")
 
 
+SAVE_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
+
+
+def saved_summary(result: Any) -> str:
+    """Each saved format of a result with its status (`npz ok, onnx failed`), for the run's table."""
+    return ", ".join(f"{escape(str(e.get('format')))} [{SAVE_STYLE.get(e.get('status'), '')}]{e.get('status')}[/]"
+                     for e in result.info.get("saved", []))
+
+
 def render_problems(comparisons: list[Any], out: Console) -> None:
-    """Failures with their reason and stderr tail, then findings that are not ok."""
+    """Failures with their reason and stderr tail, failed saves, then findings that are not ok."""
     for comparison in comparisons:
         result = comparison.result
         render_failure(result, out)
+        for entry in result.info.get("saved", []):
+            if entry.get("status") == "failed":
+                out.print(f"[red]{escape(result.workload)}: saving {escape(str(entry.get('format')))} failed[/] - "
+                          f"{escape(str(entry.get('reason', '')))}; compat has no model of it from this run")
         for finding in comparison.findings:
             if finding.verdict in ("regression", "improvement"):
                 gate = "" if finding.gating else " (reported only)"

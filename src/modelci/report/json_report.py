@@ -51,6 +51,8 @@ def result_entries(comparisons: list[Any]) -> list[dict[str, Any]]:
             "reused": result.reused,
             "duration": result.duration,
             "isolation": result.info.get("isolation", ""),
+            "saved": [{"format": e.get("format"), "status": e.get("status"), "reason": e.get("reason", "")}
+                      for e in result.info.get("saved", [])],
             "baseline_result_id": comparison.baseline.id if comparison.baseline is not None else None,
             # which rule chose the baseline: nearest earlier version or commit, the compare's A, or by run time
             "baseline_rule": getattr(comparison, "baseline_rule", ""),

@@ -68,6 +68,11 @@ def comparisons_table(comparisons: list[Any]) -> list[str]:
         if rows:
             details += [f"**{cell(comparison.result.workload)}**", "", "| verdict | check | metric | finding | why |",
                         "|---|---|---|---|---|", *rows, ""]
+    saves = [f"- `{cell(c.result.workload)}` {cell(str(e.get('format')))}: {e.get('status')}"
+             + (f" ({cell(str(e['reason']))})" if e.get("reason") else "")
+             for c in ordered for e in c.result.info.get("saved", [])]
+    if saves:
+        lines += ["", "Saved models (what compat can check later):", "", *saves]
     if details:
         lines += ["", "<details><summary>All findings</summary>", "", *details, "</details>"]
     return lines

@@ -461,7 +461,25 @@ def save_format(workload: Workload, cls: type[Workload], ctx: Context, helper: A
         (workload.save if overrides(cls, "save") else lambda c, f, p: helper.save(workload, c, f, p))(ctx, fmt, path)
     except Exception as exc:  # noqa: BLE001 - a failed save is recorded, the run goes on
         return {"format": fmt, "status": "failed", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    missing = nothing_saved(path)
+    if missing:
+        return {"format": fmt, "status": "failed", "reason": missing}
     return {"format": fmt, "status": "ok", "path": str(path.relative_to(folder.parent)), "unsafe": fmt in helper.unsafe_formats}
+
+
+def nothing_saved(path: Path) -> str:
+    """Why a save that returned left nothing usable at `path` (what it wrote instead, if anything), or "".
+
+    `np.savez(path)` writes `path.npz`, `torch.save` to a folder path fails elsewhere: a save that writes beside
+    the path it was given used to be recorded `ok`, then dropped, so compat later found no models.
+    """
+    if path.is_file() or (path.is_dir() and any(path.iterdir())):
+        return ""
+    what = "an empty folder" if path.is_dir() else "nothing"
+    near = sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name) and p != path)
+    instead = f"; found {', '.join(near)} instead" if near else ""
+    return (f"save({path.name!r}) returned but left {what} at the path it was given{instead}; a save must write "
+            "exactly at that path (a file or a folder), e.g. np.savez(open(path, 'wb'), ...) rather than np.savez(path)")
 
 
 def free_port() -> int:
