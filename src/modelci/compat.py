@@ -442,7 +442,7 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
         shutil.rmtree(scratch, ignore_errors=True)
     outcome = CompatOutcome(target=target, direction=direction, entries=entries, check_id=uuid.uuid4().hex,
                             artifacts=store.artifacts.root)
-    with store.sessions.begin() as session:
+    with store.write() as session:
         records.add_compat_results(session, outcome.check_id, config.runner, entries)
     return outcome
 

@@ -109,7 +109,7 @@ def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] 
     # (runner, workload, metric) -> target id -> [values], and each series' kind and unit
     points: dict[tuple[str, str, str], dict[int, list[float]]] = {}
     shapes: dict[tuple[str, str, str], tuple[str, str]] = {}
-    with store.sessions() as session:
+    with store.read() as session:
         for run_runner, workload, name, kind, unit, number, target_id in session.execute(stmt):
             key = (run_runner, workload, name)
             points.setdefault(key, {}).setdefault(target_id, []).append(number)

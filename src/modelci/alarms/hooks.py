@@ -127,7 +127,7 @@ def observe(config: Any, store: Any, outcome: Any, found: list[changes.SeriesCha
 
 def _alarmed_metrics(store: Any, runner: str) -> set[tuple[str, str]]:
     """(workload, metric) of the live alarms of the pairwise checks on a runner."""
-    with store.sessions() as session:
+    with store.read() as session:
         stmt = select(AlarmRow.workload, AlarmRow.metric).where(
             AlarmRow.runner == runner, AlarmRow.state != "resolved", AlarmRow.check != "history")
         return {(row.workload, row.metric) for row in session.execute(stmt)}
@@ -136,7 +136,7 @@ def _alarmed_metrics(store: Any, runner: str) -> set[tuple[str, str]]:
 def _history_recoveries(store: Any, runner: str, series: list[changes.Series]) -> list[Observation]:
     """Live `history` alarms whose series is back near its level before the change."""
     by_key = {(s.workload, s.metric): s for s in series}
-    with store.sessions() as session:
+    with store.read() as session:
         rows = session.scalars(select(AlarmRow).where(AlarmRow.runner == runner, AlarmRow.check == "history",
                                                       AlarmRow.state != "resolved")).all()
     found = []
@@ -152,7 +152,7 @@ def _suite_recoveries(store: Any, runner: str, seen: set[str]) -> list[Observati
     """A suite that yielded no workloads, or a file that failed to import, has no result of its own once fixed:
     it recovers when its suite ran again without that error result."""
     suites = {workload.split("/", 1)[0] for workload in seen}
-    with store.sessions() as session:
+    with store.read() as session:
         rows = session.scalars(select(AlarmRow).where(AlarmRow.runner == runner, AlarmRow.check == "status",
                                                       AlarmRow.state != "resolved")).all()
     found = []
@@ -169,7 +169,7 @@ def check_policy_metrics(config: Any, store: Any, prefix: str = "") -> None:
     pending = [p for p in config.policies if not settings.is_builtin_metric(p["metric"])]
     if not pending:
         return
-    with store.sessions() as session:
+    with store.read() as session:
         names = set(session.scalars(select(MetricRow.name).distinct()))
         names |= {f"output:{n}" for n in session.scalars(select(OutputRow.name).distinct())}
     where = f"{prefix} {config.file or 'config'}".strip()

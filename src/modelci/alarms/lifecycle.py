@@ -191,7 +191,7 @@ def _still_firing(store: Any, config: Any, row: AlarmRow, obs: Observation) -> c
     current = obs.result
     if current is None or current.status != "ok":
         return None
-    with store.sessions() as session:
+    with store.read() as session:
         original = session.get(ResultRow, row.baseline_result_id)
         baseline = store.to_result(original) if original is not None else None
     if baseline is None or baseline.status != "ok":
@@ -227,7 +227,7 @@ def _has_alarms(store: Any) -> bool:
 
 def log_event(store: Any, alarm_ids: Iterable[int], event: str, run_id: int | None = None, detail: str = "") -> None:
     """Append one event to each of some alarms (e.g. "notified", "notify-failed"), in one transaction."""
-    with store.sessions.begin() as session:
+    with store.write() as session:
         session.add_all(AlarmEventRow(alarm_id=i, event=event, run_id=run_id, detail=detail[:2000]) for i in alarm_ids)
 
 
@@ -251,7 +251,7 @@ def list_alarms(store: Any, *, states: Iterable[str] | None = None, runner: str 
     wanted = set(states) if states else {"open", "acknowledged", "silenced"}
     # a stored "silenced" may read as open or acknowledged once its date has passed
     stored = (wanted | {"silenced"}) if wanted & {"open", "acknowledged"} else wanted
-    with store.sessions() as session:
+    with store.read() as session:
         stmt = select(AlarmRow).where(AlarmRow.state.in_(sorted(stored))).order_by(AlarmRow.id)
         if runner:
             stmt = stmt.where(AlarmRow.runner == runner)
@@ -268,7 +268,7 @@ def get_alarm(store: Any, alarm_id: int, today: date | None = None) -> Alarm:
     UserError. It only reads."""
     if not _has_alarms(store):
         raise UserError(f"no alarm {alarm_id}: this history holds no alarms yet")
-    with store.sessions() as session:
+    with store.read() as session:
         return to_alarm(_row(session, alarm_id), events=True, today=today or date.today())
 
 
@@ -336,7 +336,7 @@ def stale_observations(store: Any, days: int, now: datetime | None = None) -> li
     if days <= 0:
         return []
     now = now or utcnow()
-    with store.sessions() as session:
+    with store.read() as session:
         first = dict(session.execute(select(RunRow.runner, func.min(RunRow.started_at)).group_by(RunRow.runner)).all())
         good = select(RunRow.runner, func.max(RunRow.started_at)).join(ResultRow, ResultRow.run_id == RunRow.id)
         good = good.where(RunRow.status == "complete", ResultRow.status == "ok").group_by(RunRow.runner)

@@ -297,7 +297,7 @@ def loss_curves(store: Any, result_ids: list[int], metric: str = "loss") -> dict
     """The per-step values of one curve metric for the given results (only these rows' JSON is read)."""
     if not result_ids:
         return {}
-    with store.sessions() as session:
+    with store.read() as session:
         rows = session.execute(select(MetricRow.result_id, MetricRow.values)
                                .where(MetricRow.name == metric, MetricRow.result_id.in_(result_ids)))
         return {r.result_id: list(r.values or []) for r in rows}
@@ -305,7 +305,7 @@ def loss_curves(store: Any, result_ids: list[int], metric: str = "loss") -> dict
 
 def environments(store: Any, ids: set[str] | None = None) -> dict[str, dict[str, Any]]:
     """Environment id -> python, isolated, lock and fingerprint."""
-    with store.sessions() as session:
+    with store.read() as session:
         stmt = select(EnvironmentRow.id, EnvironmentRow.python, EnvironmentRow.isolated, EnvironmentRow.lock,
                       EnvironmentRow.fingerprint)
         if ids is not None:

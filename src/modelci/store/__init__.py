@@ -166,13 +166,22 @@ class Store:
         self._check_schema(schema)
 
     @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reading (the ORM's rows and queries); what is read stays usable after it closes."""
+        with self.sessions() as session:
+            yield session
+
+    @contextmanager
     def write(self) -> Iterator[Session]:
         """A session in a transaction that first takes the history's write lock, for a read-then-write that two
         runners must not interleave (alarm updates): PostgreSQL takes an advisory lock held until commit,
         SQLite its write lock (`BEGIN IMMEDIATE`), so the second writer waits and then reads what the first
-        wrote. Commits at the end, rolls back on an exception."""
-        if self.readonly:
-            self.refuse_write()
+        wrote. Commits at the end, rolls back on an exception. On a read-only store any write is refused.
+        The writes of other packages (alarms, compat) go through here."""
+        if self.readonly:  # no lock to take: the first flush is refused with the reason (before_flush)
+            with self.sessions.begin() as session:
+                yield session
+            return
         with self.sessions.begin() as session:
             connection = session.connection()
             if self.engine.dialect.name == "sqlite":
