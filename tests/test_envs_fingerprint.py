@@ -15,6 +15,7 @@ import pytest
 from modelci.envs import EnvSpec, IndexConfig, ensure, find_uv, installed_version
 from modelci.envs.build import FINGERPRINT_FILE
 from modelci.envs.fingerprint import _probe, collect, numerics_env
+from modelci.execute.local import shim_dir
 
 
 def offline(folder: Path) -> IndexConfig:
@@ -108,7 +109,7 @@ def test_loaded_libraries_without_threadpoolctl_come_from_the_memory_map(tmp_pat
     pytest.importorskip("numpy")
     if not Path("/proc/self/maps").exists():
         pytest.skip("no /proc/self/maps here")
-    proc = _probe(sys.executable, "", ["numpy"], dict(os.environ), str(tmp_path))
+    proc = _probe(sys.executable, "", ["numpy"], dict(os.environ), str(tmp_path), str(shim_dir(tmp_path)))
     libraries = json.loads(proc.stdout)["libraries"]
     assert any(lib["user_api"] == "blas" and "blas" in lib["prefix"] for lib in libraries), libraries
 

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from modelci.errors import UserError
 from modelci.execute import forked, local
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
+from modelci.workload import frameworks
 
 if TYPE_CHECKING:
     from modelci.store import Store
@@ -35,12 +37,6 @@ if TYPE_CHECKING:
 # and the rest take 0.5 s, which `run` spends while its worker imports the framework (issue 9).
 
 ZOO = Path(modelci.__file__).resolve().parent / "zoo"
-#: the distributions that a workload's `framework` implies, when the target does not already provide them;
-#: the harness's helpers hand outputs over as numpy arrays, and torch does not depend on numpy
-FRAMEWORK_DISTS = {"numpy": ["numpy"], "torch": ["torch", "numpy"], "paddle": ["paddlepaddle", "setuptools"]}
-#: what a target's distribution needs at import time but does not declare: paddlepaddle 3.0 imports
-#: setuptools, which a `python -m venv` has and a uv venv does not
-UNDECLARED_NEEDS = {"paddlepaddle": ["setuptools"], "paddlepaddle-gpu": ["setuptools"]}
 
 
 class Interrupted(Exception):
@@ -133,7 +129,7 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
     requirements = list(target.requirements)
     if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
         requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)
-    extra = list(dict.fromkeys([*UNDECLARED_NEEDS.get(target.name, []), *helper_needs(target.name), *extra]))
+    extra = list(dict.fromkeys([*helper_needs(target.name), *extra]))
     spec = envs.EnvSpec(requirements=[*requirements, *extra], python=config.python, index=index)
     env = envs.ensure(spec, cache, log=log, environ=environ)
     target.version = envs.installed_version(env, target.name) or target.version
@@ -141,12 +137,26 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
 
 
 def helper_needs(dist: str) -> list[str]:
-    """What the harness's helper for the framework a target provides needs besides it (torch: numpy).
+    """What the environment needs next to the framework that the target `dist` provides (its helper's `needs`:
+    numpy for torch, setuptools for paddle).
 
     Added to the first environment, because found only at discovery it cost a second environment and a second
-    worker that imported the framework again (issue 9). The environment is the one discovery would have led to.
+    worker that imported the framework again. The environment is the one discovery would have led to.
     """
-    return [need for dists in FRAMEWORK_DISTS.values() if dists[0] == canonicalize_name(dist) for need in dists[1:]]
+    helper = frameworks.providing(canonicalize_name(dist))
+    return list(helper.needs) if helper else []
+
+
+def framework_requirements(framework: str, installed: Collection[str] = ()) -> list[str]:
+    """The distributions that a workload's `framework` implies: the framework's first distribution unless one of
+    its distributions is among `installed` (paddlepaddle-gpu provides paddle too), and its helper's `needs`.
+    An unknown framework implies nothing here (the workload's child reports it)."""
+    try:
+        helper = frameworks.helper_class(framework)
+    except ValueError:
+        return []
+    provided = any(dist in installed for dist in helper.distributions)
+    return [*([] if provided else helper.distributions[:1]), *helper.needs]
 
 
 def _workload_environ(config: Config) -> dict[str, str]:
@@ -164,7 +174,7 @@ def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo]) -
     needed: list[str] = []
     for workload in workloads:
         wants = list(workload.requires)
-        wants.extend(FRAMEWORK_DISTS.get(workload.framework, []))
+        wants.extend(framework_requirements(workload.framework, pins))
         for text in wants:
             requirement = Requirement(text)
             have = pins.get(canonicalize_name(requirement.name))

@@ -2,7 +2,7 @@
 
 It holds the interpreter and platform tags, OS and kernel, CPU model, flags, cores and memory, the BLAS,
 LAPACK and OpenMP libraries actually loaded (with versions and thread counts), the frameworks' own build
-information (torch, paddle, numpy), the GPUs nvidia-smi reports, and the environment variables that change
+information (each framework helper's `probe`), the GPUs nvidia-smi reports, and the environment variables that change
 numerics. It is collected by the environment's own python running `probe.py` in isolated mode (`-I`):
 nothing is installed into the environment, and threadpoolctl, when the harness has it, is only copied into
 a temporary folder that the probe process appends to its own path.
@@ -24,27 +24,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from modelci.errors import HarnessError
+from modelci.execute import local
+from modelci.workload import frameworks
 
 #: bump when the fingerprint's keys change meaning (STYLE.md: "Version every file you write")
 SCHEMA = 2
 
-#: distributions whose versions say which framework stack produced a result
-FRAMEWORKS = (
-    "numpy",
-    "scipy",
-    "torch",
-    "torchvision",
-    "paddlepaddle",
-    "paddlepaddle-gpu",
-    "jax",
-    "jaxlib",
-    "tensorflow",
-    "mkl",
-    "intel-openmp",
-)
-
-#: import name the probe imports -> the distributions that provide it
-_PROBED = {"numpy": ("numpy",), "torch": ("torch",), "paddle": ("paddlepaddle", "paddlepaddle-gpu")}
+#: distributions that say which framework stack produced a result, besides those the framework helpers name
+OTHER_FRAMEWORKS = ("tensorflow",)
 
 #: variables that change numerics or threading, by prefix and by exact name
 NUMERICS_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "NUMEXPR_", "ONEDNN_", "DNNL_", "FLAGS_", "CUBLAS",
@@ -68,15 +55,16 @@ def collect(python: Path | str, lock: str, *, environ: Mapping[str, str] | None 
     """
     environ = dict(os.environ if environ is None else environ)
     pins = parse_lock(lock)
-    wanted = [module for module, dists in _PROBED.items() if any(d in pins for d in dists)]
+    wanted = [cls.name for cls in frameworks.helper_classes() if any(d in pins for d in cls.distributions)]
     with tempfile.TemporaryDirectory(prefix="modelci-probe-") as scratch:
         helper = _threadpoolctl_copy(Path(scratch))
-        proc = _probe(python, helper, wanted, environ, scratch)
+        harness = str(local.shim_dir(Path(scratch)))
+        proc = _probe(python, helper, wanted, environ, scratch, harness)
         error = None
         if proc.returncode != 0 and wanted:
             error = f"importing {', '.join(wanted)} ended the probe with exit code {proc.returncode}: " \
                     f"{proc.stderr.strip()[-500:]}"
-            proc = _probe(python, helper, [], environ, scratch)
+            proc = _probe(python, helper, [], environ, scratch, harness)
     if proc.returncode != 0:
         raise HarnessError(
             f"could not fingerprint the environment at {python}: exit code {proc.returncode}\n"
@@ -103,10 +91,17 @@ def numerics_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(environ.items()) if k.startswith(NUMERICS_PREFIXES) or k in NUMERICS_NAMES}
 
 
+def framework_distributions() -> list[str]:
+    """The distributions whose versions say which framework stack produced a result: each framework helper's own
+    and its companions', then the others."""
+    names = [d for cls in frameworks.helper_classes() for d in (*cls.distributions, *cls.companions)]
+    return list(dict.fromkeys([*names, *OTHER_FRAMEWORKS]))
+
+
 def packages_of_interest(lock: str) -> dict[str, str]:
     """The framework-stack versions found in `lock` ("name==version" lines), by normalized name."""
     pins = parse_lock(lock)
-    return {name: pins[name] for name in FRAMEWORKS if name in pins}
+    return {name: pins[name] for name in framework_distributions() if name in pins}
 
 
 def parse_lock(lock: str) -> dict[str, str]:
@@ -126,9 +121,9 @@ def normalize(name: str) -> str:
 
 
 def _probe(python: Path | str, helper: str, wanted: list[str], environ: dict[str, str],
-           cwd: str) -> subprocess.CompletedProcess[str]:
+           cwd: str, harness: str) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run([str(python), "-I", "-c", _PROBE.read_text(), helper, json.dumps(wanted)],
+        return subprocess.run([str(python), "-I", "-c", _PROBE.read_text(), helper, json.dumps(wanted), harness],
                               capture_output=True, text=True, timeout=600, env=environ, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise HarnessError(f"could not fingerprint the environment at {python}: {exc}") from None

@@ -4,7 +4,9 @@
 current folder are on the path, and nothing is installed: threadpoolctl, when the harness has it, is copied
 into a temporary folder that only this process appends to its path (argv[1]). argv[2] is a JSON list of the
 frameworks to import (those the lock holds); an empty list skips every import, which is the fallback when
-importing a framework kills the process. The result is one JSON object on stdout.
+importing a framework kills the process. Each framework's build facts come from its helper class's `probe`
+(modelci.workload.frameworks), imported from a folder that holds only a link to the `modelci` package (argv[3]).
+The result is one JSON object on stdout.
 """
 
 import json
@@ -119,76 +121,17 @@ def distributions():
     return found
 
 
-def numpy_facts():
-    """numpy's version, the BLAS/LAPACK it was built against and the SIMD extensions it dispatches to."""
-    import numpy
+def framework_facts(name, harness_dir):
+    """The build facts of framework `name`, from its helper class's `probe` (modelci.workload.frameworks).
 
-    facts = {"version": numpy.__version__}
-    try:
-        config = numpy.show_config(mode="dicts")
-    except TypeError:  # numpy < 1.26 only prints
-        return facts
-    deps = config.get("Build Dependencies", {})
-    for key in ("blas", "lapack"):
-        if key in deps:
-            facts[key] = {k: deps[key].get(k) for k in ("name", "version", "openblas configuration") if k in deps[key]}
-    simd = config.get("SIMD Extensions", {})
-    if simd:
-        facts["simd"] = {k: simd.get(k) for k in ("baseline", "found", "not found")}
-    return facts
+    `harness_dir` holds only a link to the `modelci` package; it is appended to the path, after the
+    environment's own packages, and only the helper modules are imported from it (standard library only).
+    """
+    if harness_dir and harness_dir not in sys.path:
+        sys.path.append(harness_dir)
+    from modelci.workload.frameworks import get_helper
 
-
-def _call(obj, name):
-    value = getattr(obj, name, None)
-    try:
-        return value() if callable(value) else value
-    except Exception:  # a build without CUDA may raise where it could return None
-        return None
-
-
-def torch_facts():
-    """torch's build: version, git version, CUDA/cuDNN/HIP, MKL, MKL-DNN, OpenMP, threads and its config text."""
-    import torch
-
-    backends = torch.backends
-    facts = {
-        "version": torch.__version__,
-        "git_version": getattr(torch.version, "git_version", None),
-        "cuda": getattr(torch.version, "cuda", None),
-        "hip": getattr(torch.version, "hip", None),
-        "debug": getattr(torch.version, "debug", None),
-        "cudnn": _call(backends.cudnn, "version") if _call(backends.cudnn, "is_available") else None,
-        "mkl": _call(getattr(backends, "mkl", None), "is_available"),
-        "mkldnn": _call(getattr(backends, "mkldnn", None), "is_available"),
-        "openmp": _call(getattr(backends, "openmp", None), "is_available"),
-        "num_threads": torch.get_num_threads(),
-        "num_interop_threads": torch.get_num_interop_threads(),
-        "cuda_available": _call(torch.cuda, "is_available"),
-        "cuda_devices": _call(torch.cuda, "device_count"),
-    }
-    config = getattr(torch, "__config__", None)
-    if config is not None:
-        facts["config"] = _call(config, "show")
-        facts["parallel_info"] = _call(config, "parallel_info")
-    return facts
-
-
-def paddle_facts():
-    """paddle's build: version, commit, CUDA, cuDNN, MKL."""
-    import paddle
-
-    version = paddle.version
-    return {
-        "version": _call(version, "full_version"),
-        "commit": _call(version, "commit"),
-        "cuda": _call(version, "cuda"),
-        "cudnn": _call(version, "cudnn"),
-        "with_mkl": _call(version, "with_mkl"),
-        "compiled_with_cuda": _call(paddle, "is_compiled_with_cuda"),
-    }
-
-
-FRAMEWORKS = {"numpy": numpy_facts, "torch": torch_facts, "paddle": paddle_facts}
+    return get_helper(name).probe()
 
 
 def loaded_libraries(threadpoolctl_dir):
@@ -244,6 +187,7 @@ def main():
     """Print the fingerprint facts as JSON."""
     threadpoolctl_dir = sys.argv[1] if len(sys.argv) > 1 else ""
     wanted = json.loads(sys.argv[2]) if len(sys.argv) > 2 else []
+    harness_dir = sys.argv[3] if len(sys.argv) > 3 else ""
     facts = python_facts()
     facts["os"] = os_facts()
     facts["cpu_info"] = cpu_facts()
@@ -251,7 +195,7 @@ def main():
     frameworks, errors = {}, {}
     for name in wanted:
         try:
-            frameworks[name] = FRAMEWORKS[name]()
+            frameworks[name] = framework_facts(name, harness_dir)
         except Exception as exc:  # a broken framework is a fact about the environment, not a probe failure
             errors[name] = "%s: %s" % (type(exc).__name__, exc)
     facts["frameworks"] = frameworks

@@ -42,7 +42,7 @@ class Context:
 class Workload:
     """Base class of one model in a suite. Subclasses set the class attributes and write the phases."""
 
-    #: selects seeding, to-numpy and save/load helpers: "numpy", "torch", "paddle" or "python"
+    #: selects the framework helper (seeding, to-numpy, save/load): a name in `workload.frameworks.REGISTRY`
     framework: ClassVar[str] = "numpy"
     domain: ClassVar[str] = "other"
     #: extra needs, installed into the environment next to the target

@@ -31,6 +31,7 @@ from typing import Any
 
 from modelci.workload import lifeline, npy
 from modelci.workload.api import Context, SkipWorkload, Workload
+from modelci.workload import frameworks
 from modelci.workload.frameworks import get_helper
 
 #: version of the files this module writes for the parent
@@ -543,12 +544,10 @@ def fork_hazard() -> str:
         return "the thread count cannot be read (/proc)"
     if threads > 1:
         return f"this process runs {threads} threads"
-    torch = sys.modules.get("torch")
-    try:
-        if torch is not None and torch.cuda.is_initialized():
-            return "CUDA is initialised in this process"
-    except Exception:  # noqa: BLE001 - a half-built torch must not stop the check
-        pass
+    for helper in frameworks.helper_classes():
+        hazard = helper.fork_hazard() if helper.module in sys.modules else ""
+        if hazard:
+            return hazard
     return ""
 
 
@@ -657,7 +656,7 @@ def execute(args: argparse.Namespace) -> int:
         join_ranks(ranks, out, rec)
     rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
     rec.data["info"]["rss_end"] = rss_parts()
-    rec.data["info"]["modules"] = module_info(sorted({"numpy", "torch", "paddle", *args.report_module}))
+    rec.data["info"]["modules"] = module_info(sorted({*frameworks.framework_modules(), *args.report_module}))
     rec.write()
     if forked_rank:
         # a forked rank must not return into rank 0's caller, nor run the exit handlers rank 0 registered

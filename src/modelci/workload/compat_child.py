@@ -38,6 +38,7 @@ from modelci.workload.child import (
     parse_suites,
     save_outputs,
 )
+from modelci.workload import frameworks
 from modelci.workload.frameworks import get_helper
 
 #: version of the files this module writes for the parent
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     for job in json.loads(Path(args.jobs).read_text()):
         record = runner.load(job) if args.command == "load" else runner.example_inputs(job)
         runner.finish(record)
-    (out / "modules.json").write_text(json.dumps(module_info(sorted({"numpy", "torch", "paddle",
+    (out / "modules.json").write_text(json.dumps(module_info(sorted({*frameworks.framework_modules(),
                                                                       *args.report_module}))))
     return 0
 

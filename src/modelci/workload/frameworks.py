@@ -1,7 +1,22 @@
-"""Per-framework helpers: seeding, determinism, to-numpy, save/load and version info.
+"""The framework helpers: one class per framework that carries every fact about it.
 
-Each helper lives in its own module and is imported lazily by name, so that a numpy-only
-environment never tries to import torch. Runs inside the environment under test.
+A helper class says, as class attributes that the harness reads without importing the framework:
+- `name` (what a workload's `framework` says) and `module` (its top-level import name);
+- `distributions`, the distributions that provide the module (the first is installed when a workload needs it),
+  and `companions`, those whose versions also say which build ran (torchvision, jaxlib);
+- `needs`, what the environment needs next to the framework that the framework does not declare;
+- `fork_safe_threads`, how many of the threads the framework's import starts are safe to fork with;
+- `lazy_modules`, modules the framework imports on first use, which the warm-up imports once;
+- `formats`, each save format with whether loading it can run code (`Format.unsafe`).
+Its methods run inside the environment under test: the fingerprint probe's build facts (`probe`), seeding,
+determinism, the warm-up, to-numpy, versions, save and load, and the device and distributed hooks.
+
+Each helper lives in its own module, which imports the framework only inside its methods: the harness imports
+every helper module for the facts, and a numpy-only environment never tries to import torch. This module and
+the helper modules import nothing outside the standard library at top level, and stay valid on Python 3.8,
+since the fingerprint probe imports them with the environment's own interpreter.
+
+Adding a framework is a module with its helper class and one line in `REGISTRY`.
 """
 
 from __future__ import annotations
@@ -9,11 +24,12 @@ from __future__ import annotations
 import importlib
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, Iterator, Tuple
 
 #: framework name -> "module:Class" of its helper
-HELPERS = {
+REGISTRY = {
     "python": "modelci.workload.frameworks:PythonHelper",
     "numpy": "modelci.workload.frameworks:NumpyHelper",
     "torch": "modelci.workload.fw_torch:TorchHelper",
@@ -21,14 +37,63 @@ HELPERS = {
 }
 
 
+@dataclass(frozen=True)
+class Format:
+    """A save format of a framework, and whether loading a file of it can execute arbitrary code."""
+
+    name: str
+    #: loading can run code that the file carries (a pickle, a compiled program): named unsafe in reports
+    unsafe: bool
+    #: why it is safe or not, in one sentence
+    why: str = ""
+
+
+def format_table(*declared: Format) -> Dict[str, Format]:
+    """The `formats` table of a helper: format name -> Format, in the order given."""
+    return {fmt.name: fmt for fmt in declared}
+
+
 class PythonHelper:
     """Helper for pure-Python workloads; the base of every other helper."""
 
     name = "python"
+    #: the top-level module the framework is imported as ("" for none)
+    module = ""
+    #: distributions that provide `module`; the first is what a workload of this framework needs installed
+    distributions: Tuple[str, ...] = ()
+    #: distributions whose versions also say which build ran, recorded with the environment's fingerprint
+    companions: Tuple[str, ...] = ()
+    #: what the environment needs next to the framework that the framework's own metadata does not declare
+    needs: Tuple[str, ...] = ()
+    #: how many of the threads that importing `module` starts may be forked with: the library starts them again
+    #: in a forked child, and they hold no lock that the child's own code takes (see workload.worker)
+    fork_safe_threads = 0
+    #: modules the framework imports on first use, that each forked child would import again; the warm-up
+    #: imports them once
+    lazy_modules: Tuple[str, ...] = ()
     #: formats this helper can save and load without the workload's own save/load
-    formats: tuple[str, ...] = ()
-    #: formats whose loading can execute arbitrary code (named as such in reports)
-    unsafe_formats: tuple[str, ...] = ()
+    formats: Dict[str, Format] = {}
+
+    @property
+    def unsafe_formats(self) -> Tuple[str, ...]:
+        """The formats whose loading can execute arbitrary code (named as such in reports)."""
+        return tuple(name for name, fmt in self.formats.items() if fmt.unsafe)
+
+    @classmethod
+    def provided_by(cls, distribution: str) -> bool:
+        """Whether installing `distribution` (a normalized name) provides this framework."""
+        return distribution in cls.distributions
+
+    def probe(self) -> Dict[str, Any]:
+        """The framework's build facts for the environment's fingerprint (version, CUDA, BLAS, threads).
+        Runs in the fingerprint probe, with nothing of the harness around: standard library and the framework."""
+        return {}
+
+    @classmethod
+    def fork_hazard(cls) -> str:
+        """Why the framework's state in this process makes a fork unsafe (a GPU runtime it started), or "".
+        Asked only when `module` is already imported; it must not import anything itself."""
+        return ""
 
     def seed(self, seed: int) -> None:
         """Seed every random generator the framework owns."""
@@ -44,15 +109,21 @@ class PythonHelper:
     def warm_up(self) -> None:
         """Pay the framework's fixed first-use costs (`first_use`), once per process: part of the prologue of
         every workload, and of the worker a child is forked from, so every child starts from the same state
-        whichever way it started (issue 9)."""
+        whichever way it started."""
         if type(self)._warmed:
             return
         type(self)._warmed = True
         self.first_use()
 
     def first_use(self) -> None:
-        """The fixed work that warm_up does: none here. It must leave the random generators as it found them and
-        never raise: a workload must not fail or change because of it."""
+        """The fixed work that warm_up does: import `lazy_modules` (a module this version lacks is skipped). A
+        subclass adds its own; it must leave the random generators as it found them and never raise: a workload
+        must not fail or change because of it."""
+        for name in self.lazy_modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # another version of the framework: nothing to pay for in advance
+                pass
 
     def to_numpy(self, value: Any) -> Any:
         """Turn one framework value into a numpy array (or a nested list when numpy is absent)."""
@@ -101,7 +172,10 @@ class NumpyHelper(PythonHelper):
     """Helper for plain numpy workloads; `npy` saves a dict of arrays as an .npz."""
 
     name = "numpy"
-    formats = ("npz",)
+    module = "numpy"
+    distributions = ("numpy",)
+    companions = ("scipy", "mkl", "intel-openmp")
+    formats = format_table(Format("npz", unsafe=False, why="read with numpy.load(allow_pickle=False)"))
 
     def seed(self, seed: int) -> None:
         super().seed(seed)
@@ -113,6 +187,25 @@ class NumpyHelper(PythonHelper):
         import numpy as np
 
         return {"numpy": np.__version__}
+
+    def probe(self) -> Dict[str, Any]:
+        """numpy's version, the BLAS/LAPACK it was built against and the SIMD extensions it dispatches to."""
+        import numpy
+
+        facts: Dict[str, Any] = {"version": numpy.__version__}
+        try:
+            config = numpy.show_config(mode="dicts")
+        except TypeError:  # numpy < 1.26 only prints
+            return facts
+        deps = config.get("Build Dependencies", {})
+        for key in ("blas", "lapack"):
+            if key in deps:
+                facts[key] = {k: deps[key].get(k) for k in ("name", "version", "openblas configuration")
+                              if k in deps[key]}
+        simd = config.get("SIMD Extensions", {})
+        if simd:
+            facts["simd"] = {k: simd.get(k) for k in ("baseline", "found", "not found")}
+        return facts
 
     def save(self, workload: Any, ctx: Any, fmt: str, path: Path) -> None:
         """`npz`: the workload's `state_dict()` (name -> array) written with numpy.savez."""
@@ -134,11 +227,37 @@ class NumpyHelper(PythonHelper):
         return workload.load_state_dict(state)
 
 
-def get_helper(framework: str) -> PythonHelper:
-    """Return the helper for `framework`; an unknown name is an error naming the known ones."""
+def helper_class(framework: str) -> type[PythonHelper]:
+    """The helper class of `framework` (its facts), without importing the framework; an unknown name is a
+    ValueError naming the known ones."""
     try:
-        spec = HELPERS[framework]
+        spec = REGISTRY[framework]
     except KeyError:
-        raise ValueError(f"unknown framework {framework!r}; known: {', '.join(sorted(HELPERS))}") from None
+        raise ValueError(f"unknown framework {framework!r}; known: {', '.join(sorted(REGISTRY))}") from None
     module_name, _, class_name = spec.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)()
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def get_helper(framework: str) -> PythonHelper:
+    """The helper of `framework`, ready to use inside its environment."""
+    return helper_class(framework)()
+
+
+def helper_classes() -> Iterator[type[PythonHelper]]:
+    """Every registered helper class, in registration order."""
+    return (helper_class(name) for name in REGISTRY)
+
+
+def providing(distribution: str) -> type[PythonHelper] | None:
+    """The helper class of the framework that `distribution` (a normalized name) provides, or None."""
+    return next((cls for cls in helper_classes() if cls.provided_by(distribution)), None)
+
+
+def by_module(module: str) -> type[PythonHelper] | None:
+    """The helper class of the framework imported as `module`, or None."""
+    return next((cls for cls in helper_classes() if cls.module and cls.module == module), None)
+
+
+def framework_modules() -> list[str]:
+    """The top-level modules of every registered framework (those a result reports the version and file of)."""
+    return [cls.module for cls in helper_classes() if cls.module]

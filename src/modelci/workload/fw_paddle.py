@@ -1,7 +1,7 @@
 """The paddle helper: seeding, determinism, to-numpy, versions and the paddle save formats.
 
-Runs inside the environment under test and is imported only when a workload says
-`framework = "paddle"`, so importing paddle at the top is fine here.
+The harness imports this module for the class's facts, outside the environment under test: paddle and numpy are
+imported inside the methods (through `_paddle`), which run in the environment.
 
 Workloads follow the same convention as the torch ones: `self.model` is the `paddle.nn.Layer` that
 `infer` calls, `example_inputs()` gives the tensors to build the jit program's InputSpec from, and an
@@ -10,21 +10,15 @@ optional `build_model()` returns a fresh layer to load a state dict into (else `
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict
 
-import numpy as np
-
-with warnings.catch_warnings():
-    # paddle's C++-extension support warns on every import when ccache is absent; nothing to act on
-    warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
-    import paddle
-
-from modelci.workload.frameworks import PythonHelper
+from modelci.workload.frameworks import Format, PythonHelper, format_table
 
 #: deterministic-kernel flags; each build registers only some of them (a CPU build has none of the cuDNN ones)
 _DETERMINISM_FLAGS = {
@@ -35,36 +29,87 @@ _DETERMINISM_FLAGS = {
 }
 
 
-class _WarmUpNet(paddle.nn.Layer):
-    """The fixed model of PaddleHelper.warm_up: a layer of the user's kind, whose `forward` calls functions,
-    since the program translator prepares what it converts calls with on the first such call it meets."""
+def _paddle() -> Any:
+    """The paddle module, imported on first use."""
+    with warnings.catch_warnings():
+        # paddle's C++-extension support warns on every import when ccache is absent; nothing to act on
+        warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+        import paddle
+    return paddle
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = paddle.nn.Linear(2, 2)
 
-    def forward(self, x: Any) -> Any:
-        return paddle.nn.functional.relu(self.fc(x))
+@functools.lru_cache(maxsize=None)
+def _warm_up_net_class() -> type:
+    """The class `_WarmUpNet`, defined on first use, since it subclasses paddle's `nn.Layer`."""
+    paddle = _paddle()
+
+    class _WarmUpNet(paddle.nn.Layer):
+        """The fixed model of PaddleHelper.warm_up: a layer of the user's kind, whose `forward` calls functions,
+        since the program translator prepares what it converts calls with on the first such call it meets."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = paddle.nn.Linear(2, 2)
+
+        def forward(self, x: Any) -> Any:
+            return paddle.nn.functional.relu(self.fc(x))
+
+    return _WarmUpNet
 
 
 class PaddleHelper(PythonHelper):
     """Helper for paddle workloads (formats `paddle_state` and `paddle_jit`)."""
 
     name = "paddle"
-    formats = ("paddle_state", "paddle_jit")
-    # Both can run code on load. paddle.load unpickles whatever the file holds (paddle/framework/io.py),
-    # and paddle.jit.load unpickles `model.pdiparams.info` when it reads a pre-PIR program
-    # (paddle/jit/translated_layer.py), which a crafted folder can always ask for.
-    unsafe_formats = ("paddle_state", "paddle_jit")
+    module = "paddle"
+    distributions = ("paddlepaddle", "paddlepaddle-gpu")
+    #: paddlepaddle 3.0 imports setuptools without declaring it; a `python -m venv` has it, a uv venv does not
+    needs = ("setuptools",)
+    #: libpaddle starts brpc's bvar sampler thread, which wakes once a second to sample counters; brpc registers a
+    #: pthread_atfork handler that starts it again in a child ("Support fork without exec",
+    #: bvar/detail/sampler.cpp). Any other thread, or more of them (with `threads = 0` paddle's import also
+    #: starts an OpenMP pool), still makes the worker spawn.
+    fork_safe_threads = 1
+    formats = format_table(
+        Format("paddle_state", unsafe=True, why="paddle.load unpickles whatever the file holds (paddle/framework/io.py)"),
+        Format("paddle_jit", unsafe=True,
+               why="paddle.jit.load unpickles `model.pdiparams.info` when it reads a pre-PIR program "
+                   "(paddle/jit/translated_layer.py), which a crafted folder can always ask for"),
+    )
+
+    def probe(self) -> Dict[str, Any]:
+        """paddle's build: version, commit, CUDA, cuDNN, MKL."""
+        paddle = _paddle()
+        version = paddle.version
+
+        def call(obj: Any, name: str) -> Any:
+            value = getattr(obj, name, None)
+            try:
+                return value() if callable(value) else value
+            except Exception:  # noqa: BLE001 - a build without CUDA may raise where it could return None
+                return None
+
+        return {
+            "version": call(version, "full_version"),
+            "commit": call(version, "commit"),
+            "cuda": call(version, "cuda"),
+            "cudnn": call(version, "cudnn"),
+            "with_mkl": call(version, "with_mkl"),
+            "compiled_with_cuda": call(paddle, "is_compiled_with_cuda"),
+        }
 
     def seed(self, seed: int) -> None:
         """Seed python, numpy and paddle's global generator (every place)."""
+        import numpy as np
+
+        paddle = _paddle()
         super().seed(seed)
         np.random.seed(seed % 2**32)
         paddle.seed(seed)
 
     def set_determinism(self, enabled: bool) -> None:
         """Set the deterministic-kernel flags this paddle build registers; the others are left alone."""
+        paddle = _paddle()
         for flag, (on, off) in _DETERMINISM_FLAGS.items():
             # a process started from here (e.g. a data-loader worker) reads FLAGS_* from the environment
             os.environ[flag] = str(int(on if enabled else off))
@@ -76,13 +121,14 @@ class PaddleHelper(PythonHelper):
     def first_use(self) -> None:
         """Save a tiny fixed model in both formats (a state dict into memory, a jit program
         into a temporary folder): the first `paddle.jit.save` in a process imports 95 more modules and builds
-        the program translator, 0.1-0.2 s that each forked child paid again (issue 9). Under a fresh name
+        the program translator, 0.1-0.2 s that each forked child paid again. Under a fresh name
         scope, so the workload's layers get the parameter names they get without it, and with paddle's random
         state put back, so its initialisation draws what it draws without it."""
+        paddle = _paddle()
         state = paddle.get_rng_state()
         try:
             with paddle.utils.unique_name.guard(), tempfile.TemporaryDirectory() as folder:
-                model = _WarmUpNet()
+                model = _warm_up_net_class()()
                 model.eval()
                 paddle.save(model.state_dict(), io.BytesIO())
                 if self.supports("paddle_jit") is None:
@@ -95,12 +141,18 @@ class PaddleHelper(PythonHelper):
 
     def to_numpy(self, value: Any) -> Any:
         """A paddle tensor (any place, with or without grad) as a numpy array; anything else via np.asarray."""
+        import numpy as np
+
+        paddle = _paddle()
         if isinstance(value, paddle.Tensor):
             return value.detach().cpu().numpy()
         return np.asarray(value)
 
     def versions(self) -> dict[str, str]:
         """paddle, its git commit, CUDA and cuDNN where built with them, and numpy."""
+        import numpy as np
+
+        paddle = _paddle()
         found = {"paddle": paddle.__version__, "numpy": np.__version__}
         commit = getattr(paddle.version, "commit", None)
         if commit:
@@ -112,6 +164,7 @@ class PaddleHelper(PythonHelper):
 
     def supports(self, fmt: str) -> str | None:
         """None when this paddle can save `fmt`, else why not."""
+        paddle = _paddle()
         if fmt not in self.formats:
             return f"paddle helper has no format {fmt!r}; known: {', '.join(self.formats)}"
         if fmt == "paddle_jit" and not hasattr(paddle, "jit"):
@@ -121,6 +174,7 @@ class PaddleHelper(PythonHelper):
     def save(self, workload: Any, ctx: Any, fmt: str, path: Path) -> None:
         """Save `workload.model` in eval mode. `paddle_state` writes the file `path`; `paddle_jit` writes
         a folder `path` holding `model.*` (.pdmodel or .json program, .pdiparams weights)."""
+        paddle = _paddle()
         reason = self.supports(fmt)
         if reason:
             raise NotImplementedError(reason)
@@ -143,6 +197,7 @@ class PaddleHelper(PythonHelper):
 
     def load(self, workload: Any, ctx: Any, fmt: str, path: Path) -> Any:
         """Read `path` saved in `fmt`, make it `workload.model` (eval mode) and return it."""
+        paddle = _paddle()
         if fmt == "paddle_state":
             state = paddle.load(str(path))
             if hasattr(workload, "load_state_dict"):
@@ -171,6 +226,7 @@ class PaddleHelper(PythonHelper):
         under `paddle.pir_utils.DygraphOldIrGuard` it reads the old program, and the layer it returns then
         runs outside the guard too (checked: 2.6 -> 3.0 gives bit-identical outputs for the whole zoo).
         """
+        paddle = _paddle()
         legacy = prefix.with_suffix(".pdmodel").exists() and not prefix.with_suffix(".json").exists()
         guard = getattr(getattr(paddle, "pir_utils", None), "DygraphOldIrGuard", None)
         if legacy and guard is not None:
@@ -180,11 +236,13 @@ class PaddleHelper(PythonHelper):
 
     def peak_device_memory(self) -> int | None:
         """Peak GPU memory allocated by paddle, or None on a CPU build or a CPU place."""
+        paddle = _paddle()
         if paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu"):
             return int(paddle.device.cuda.max_memory_allocated())
         return None
 
     def synchronize(self) -> None:
         """Wait for queued GPU work."""
+        paddle = _paddle()
         if paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu"):
             paddle.device.cuda.synchronize()

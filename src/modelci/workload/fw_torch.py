@@ -1,7 +1,7 @@
 """The torch helper: seeding, determinism, to-numpy, versions and the torch save formats.
 
-Runs inside the environment under test and is imported only when a workload says
-`framework = "torch"`, so importing torch at the top is fine here.
+The harness imports this module for the class's facts, outside the environment under test: torch and numpy are
+imported inside the methods, which run in the environment.
 
 Convention for workloads that rely on the built-in formats:
 - `self.model` is the `nn.Module` that `infer` calls; `load` replaces it with the loaded module.
@@ -14,33 +14,34 @@ Convention for workloads that rely on the built-in formats:
 
 from __future__ import annotations
 
-import importlib
+import functools
 import io
 import os
+import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Dict, Iterator
 
-import numpy as np
-import torch
-
-from modelci.workload.frameworks import PythonHelper
+from modelci.workload.frameworks import Format, PythonHelper, format_table
 
 #: format -> the oldest torch that has it (torch.export.save/load arrived in 2.1)
 _MIN_VERSION = {"torch_export": (2, 1)}
-#: modules torch imports on first use, that each forked child imported again (issue 9): the profiler's CUPTI
-#: monitor (every `optimizer.zero_grad()` opens a `record_function`), and the sympy modules that sympy's `Add`
-#: and `log` import on their first evaluation (torch.export's shape arithmetic; `log` comes from a derivative
-#: in its range analysis of conv and pool shapes); 0.02 s per workload. tests/test_zoo_torch.py checks that
-#: no zoo model imports anything more after the warm-up.
-_LAZY_MODULES = ("torch.profiler._cupti_monitor", "sympy.tensor.tensor", "sympy.sets.setexpr")
 
 
 def _version_tuple(version: str) -> tuple[int, int]:
     """(major, minor) of a torch version string such as '2.13.0+cpu' or '2.6.0a0+git1234'."""
     parts = version.split("+")[0].split(".")
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+def _call(obj: Any, name: str) -> Any:
+    """`obj.name()` (or the attribute itself when it is no function); None when that raises."""
+    value = getattr(obj, name, None)
+    try:
+        return value() if callable(value) else value
+    except Exception:  # noqa: BLE001 - a build without CUDA may raise where it could return None
+        return None
 
 
 @contextmanager
@@ -52,6 +53,8 @@ def _quiet_torch_warnings() -> Iterator[None]:
     torch's own modules (nn.RNN, multi-head attention), and torch.export about nn.RNN's `_flat_weights`;
     the suite author can change neither, and the format round trip shows whether the result is right.
     """
+    import torch
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*torch\.jit.* is deprecated", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning)
@@ -59,43 +62,107 @@ def _quiet_torch_warnings() -> Iterator[None]:
         yield
 
 
-class _ExportedModule(torch.nn.Module):
-    """An exported program's module that accepts `eval()`/`train()`, so `infer` works on it unchanged.
+@functools.lru_cache(maxsize=None)
+def _exported_module_class() -> type:
+    """The class `_ExportedModule`, defined on first use, since it subclasses torch's `nn.Module`."""
+    import torch
 
-    torch.export captures the graph in eval mode (see `TorchHelper.save`), and the module it returns
-    refuses `eval()`; making the mode switch a no-op keeps that eval-mode graph.
-    """
+    class _ExportedModule(torch.nn.Module):
+        """An exported program's module that accepts `eval()`/`train()`, so `infer` works on it unchanged.
 
-    def __init__(self, module: torch.nn.Module) -> None:
-        super().__init__()
-        self.exported = module
+        torch.export captures the graph in eval mode (see `TorchHelper.save`), and the module it returns
+        refuses `eval()`; making the mode switch a no-op keeps that eval-mode graph.
+        """
 
-    def train(self, mode: bool = True) -> _ExportedModule:  # noqa: ARG002 - the graph has a fixed mode
-        return self
+        def __init__(self, module: torch.nn.Module) -> None:
+            super().__init__()
+            self.exported = module
 
-    def forward(self, *args: Any) -> Any:
-        return self.exported(*args)
+        def train(self, mode: bool = True) -> _ExportedModule:  # noqa: ARG002 - the graph has a fixed mode
+            return self
+
+        def forward(self, *args: Any) -> Any:
+            return self.exported(*args)
+
+    return _ExportedModule
 
 
 class TorchHelper(PythonHelper):
     """Helper for torch workloads (formats `state_dict`, `torchscript`, `torch_export`, `torch_pickle`)."""
 
     name = "torch"
-    formats = ("state_dict", "torchscript", "torch_export", "torch_pickle")
-    # Only state_dict is safe: it is read with weights_only=True. torch_pickle unpickles a whole module.
-    # A TorchScript archive carries code that torch compiles and runs on load, able to call any registered
-    # operator. A .pt2 archive may mark weights and constants as pickled, and torch.export.load then reads
-    # them with torch.load(weights_only=False) or pickle.loads (torch/export/pt2_archive/_package.py).
-    unsafe_formats = ("torch_pickle", "torchscript", "torch_export")
+    module = "torch"
+    distributions = ("torch",)
+    companions = ("torchvision", "torchaudio", "triton")
+    #: the helper hands outputs over as numpy arrays, and torch does not depend on numpy
+    needs = ("numpy",)
+    #: modules torch imports on first use, that each forked child imported again: the profiler's CUPTI monitor
+    #: (every `optimizer.zero_grad()` opens a `record_function`), and the sympy modules that sympy's `Add` and
+    #: `log` import on their first evaluation (torch.export's shape arithmetic; `log` comes from a derivative in
+    #: its range analysis of conv and pool shapes); 0.02 s per workload. tests/test_zoo_torch.py checks that no
+    #: zoo model imports anything more after the warm-up.
+    lazy_modules = ("torch.profiler._cupti_monitor", "sympy.tensor.tensor", "sympy.sets.setexpr")
+    formats = format_table(
+        Format("state_dict", unsafe=False, why="read with torch.load(weights_only=True)"),
+        Format("torchscript", unsafe=True,
+               why="the archive carries code that torch compiles and runs on load, able to call any registered "
+                   "operator"),
+        Format("torch_export", unsafe=True,
+               why="a .pt2 archive may mark weights and constants as pickled, and torch.export.load then reads "
+                   "them with torch.load(weights_only=False) or pickle.loads (torch/export/pt2_archive/_package.py)"),
+        Format("torch_pickle", unsafe=True, why="torch.load(weights_only=False) unpickles a whole module"),
+    )
+
+    @classmethod
+    def fork_hazard(cls) -> str:
+        """A CUDA context this process started cannot be used by a forked child."""
+        cuda = getattr(sys.modules.get("torch"), "cuda", None)
+        try:
+            if cuda is not None and cuda.is_initialized():
+                return "torch has initialised CUDA in this process, which a forked child cannot use"
+        except Exception:  # noqa: BLE001 - a half-built torch must not stop the check
+            pass
+        return ""
+
+    def probe(self) -> Dict[str, Any]:
+        """torch's build: version, git version, CUDA/cuDNN/HIP, MKL, MKL-DNN, OpenMP, threads and its config text."""
+        import torch
+
+        backends = torch.backends
+        facts = {
+            "version": torch.__version__,
+            "git_version": getattr(torch.version, "git_version", None),
+            "cuda": getattr(torch.version, "cuda", None),
+            "hip": getattr(torch.version, "hip", None),
+            "debug": getattr(torch.version, "debug", None),
+            "cudnn": _call(backends.cudnn, "version") if _call(backends.cudnn, "is_available") else None,
+            "mkl": _call(getattr(backends, "mkl", None), "is_available"),
+            "mkldnn": _call(getattr(backends, "mkldnn", None), "is_available"),
+            "openmp": _call(getattr(backends, "openmp", None), "is_available"),
+            "num_threads": torch.get_num_threads(),
+            "num_interop_threads": torch.get_num_interop_threads(),
+            "cuda_available": _call(torch.cuda, "is_available"),
+            "cuda_devices": _call(torch.cuda, "device_count"),
+        }
+        config = getattr(torch, "__config__", None)
+        if config is not None:
+            facts["config"] = _call(config, "show")
+            facts["parallel_info"] = _call(config, "parallel_info")
+        return facts
 
     def seed(self, seed: int) -> None:
         """Seed python, numpy and torch (CPU and every CUDA device)."""
+        import numpy as np
+        import torch
+
         super().seed(seed)
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
 
     def set_determinism(self, enabled: bool) -> None:
         """Ask torch for deterministic kernels; ops without one warn rather than fail."""
+        import torch
+
         if enabled:
             # cuBLAS reads this when it creates its handle; harmless without CUDA
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -105,11 +172,11 @@ class TorchHelper(PythonHelper):
         torch.backends.cudnn.benchmark = False
 
     def first_use(self) -> None:
-        """torch's first-use costs that every workload would pay again: save a tiny fixed model in every format
-        (state_dict, TorchScript trace, torch.export; into memory), and import the modules torch imports lazily
-        on a workload's first optimizer step and first symbolic shape arithmetic.
+        """torch's first-use costs that every workload would pay again: import the modules torch imports lazily
+        on a workload's first optimizer step and first symbolic shape arithmetic (`lazy_modules`), and save a
+        tiny fixed model in every format (state_dict, TorchScript trace, torch.export; into memory).
 
-        Paid in the worker, the forked children inherit them (issue 9); a spawned child pays them in its own
+        Paid in the worker, the forked children inherit them; a spawned child pays them in its own
         prologue, so both start from the same state and their peak memory still compares. The first
         torch.export in a process imports 400 more modules, the first trace and the lazy modules another 0.03 s
         per workload on zoo:torch. The price is a fixed 45 MiB on the RSS after the prologue (32 MiB of it the
@@ -117,11 +184,9 @@ class TorchHelper(PythonHelper):
         child's starting state depends on the framework alone. Under fork_rng, so the seeded generators are as
         they were.
         """
-        for name in _LAZY_MODULES:
-            try:
-                importlib.import_module(name)
-            except ImportError:  # another torch or sympy: nothing to pay for in advance
-                pass
+        import torch
+
+        super().first_use()
         example = (torch.ones(1, 2),)
         try:
             with torch.random.fork_rng(devices=[]), torch.no_grad(), _quiet_torch_warnings():
@@ -136,6 +201,7 @@ class TorchHelper(PythonHelper):
 
     def init_distributed(self, rank: int, world_size: int, address: str, port: int) -> None:
         """Join a gloo process group (NCCL when every rank has its own GPU) through rank 0's TCP store."""
+        import torch
         import torch.distributed as dist
 
         backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
@@ -157,12 +223,17 @@ class TorchHelper(PythonHelper):
 
     def default_device(self, rank: int = 0) -> str:
         """`cuda:<rank>` when a GPU is there, else `cpu`."""
+        import torch
+
         if torch.cuda.is_available():
             return f"cuda:{rank % torch.cuda.device_count()}"
         return "cpu"
 
     def to_numpy(self, value: Any) -> Any:
         """A tensor (on any device, with or without grad) as a numpy array; anything else via np.asarray."""
+        import numpy as np
+        import torch
+
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu()
             if value.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every value exactly
@@ -172,6 +243,9 @@ class TorchHelper(PythonHelper):
 
     def versions(self) -> dict[str, str]:
         """torch, its git commit, CUDA and cuDNN where built with them, and numpy."""
+        import numpy as np
+        import torch
+
         found = {"torch": torch.__version__, "numpy": np.__version__}
         git = getattr(torch.version, "git_version", None)
         if git:
@@ -184,6 +258,8 @@ class TorchHelper(PythonHelper):
 
     def supports(self, fmt: str) -> str | None:
         """None when this torch can save `fmt`, else why not."""
+        import torch
+
         if fmt not in self.formats:
             return f"torch helper has no format {fmt!r}; known: {', '.join(self.formats)}"
         needed = _MIN_VERSION.get(fmt)
@@ -197,6 +273,8 @@ class TorchHelper(PythonHelper):
 
     def save(self, workload: Any, ctx: Any, fmt: str, path: Path) -> None:
         """Write `workload.model` to the file `path` in `fmt`; the model is saved in eval mode."""
+        import torch
+
         reason = self.supports(fmt)
         if reason:
             raise NotImplementedError(reason)
@@ -221,6 +299,8 @@ class TorchHelper(PythonHelper):
 
     def load(self, workload: Any, ctx: Any, fmt: str, path: Path) -> Any:
         """Read `path` saved in `fmt`, make it `workload.model` (on ctx.device, eval mode) and return it."""
+        import torch
+
         device = torch.device(getattr(ctx, "device", "cpu"))
         with _quiet_torch_warnings():
             if fmt == "state_dict":
@@ -233,7 +313,7 @@ class TorchHelper(PythonHelper):
                 model = torch.jit.load(str(path), map_location=device)
             elif fmt == "torch_export":
                 with open(path, "rb") as fh:
-                    model = _ExportedModule(torch.export.load(fh).module())
+                    model = _exported_module_class()(torch.export.load(fh).module())
             elif fmt == "torch_pickle":
                 model = torch.load(path, map_location=device, weights_only=False)
             else:
@@ -244,23 +324,31 @@ class TorchHelper(PythonHelper):
 
     def peak_device_memory(self) -> int | None:
         """Peak CUDA memory allocated by torch, or None when CUDA was never used."""
+        import torch
+
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             return int(torch.cuda.max_memory_allocated())
         return None
 
     def reset_peak_device_memory(self) -> None:
         """Start a new peak for `peak_device_memory` (e.g. between the train and infer phases)."""
+        import torch
+
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.reset_peak_memory_stats()
 
     def synchronize(self) -> None:
         """Wait for queued CUDA work."""
+        import torch
+
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
 
     @staticmethod
-    def _script(workload: Any, model: torch.nn.Module) -> Any:
+    def _script(workload: Any, model: Any) -> Any:
         """Compile `model` to TorchScript the way the workload asks (`jit_mode`, default trace)."""
+        import torch
+
         mode = getattr(workload, "jit_mode", "trace")
         if mode == "script":
             return torch.jit.script(model)

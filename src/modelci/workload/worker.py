@@ -154,13 +154,9 @@ def counting_threads(module: str) -> Iterator[None]:
 
 # -- when forking is not safe ------------------------------------------------------------------------
 
-#: module -> how many of the threads its import starts are safe to fork with: the library starts them again
-#: in a forked child and they hold no lock the child's own code takes. paddle's libpaddle starts brpc's bvar
-#: sampler thread, which wakes once a second to sample counters; brpc registers a pthread_atfork handler that
-#: starts it again in a child ("Support fork without exec", bvar/detail/sampler.cpp). Any other thread, or more
-#: of them (with `threads = 0` paddle's import also starts an OpenMP pool), still makes the worker spawn.
-FORK_SAFE_THREADS = {"paddle": 1}
-#: module -> the threads its import started in this worker (preload and the frameworks' prologues)
+#: module -> the threads its import started in this worker (preload and the frameworks' prologues); of those, a
+#: framework's helper tolerates `fork_safe_threads` (threads the library starts again in a forked child and that
+#: hold no lock the child's own code takes)
 STARTED_BY: dict[str, int] = {}
 
 
@@ -186,22 +182,30 @@ def fork_hazard() -> str:
     """Why forking this process now would be unsafe, or "" when it is safe."""
     if not hasattr(os, "fork"):
         return "this platform has no fork()"
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    try:
-        if cuda is not None and cuda.is_initialized():
-            return "the worker's torch has initialised CUDA, which a forked child cannot use"
-    except Exception:  # noqa: BLE001 - a half-built torch must not stop the check
-        pass
+    from modelci.workload import frameworks
+
+    for helper in frameworks.helper_classes():
+        hazard = helper.fork_hazard() if helper.module in sys.modules else ""
+        if hazard:
+            return f"in the worker, {hazard}"
     devices = gpu_device_files()
     if devices:
         return f"the worker holds GPU device files open ({', '.join(devices[:3])}); a forked child cannot share them"
     extra = thread_count() - 1
-    tolerated = sum(min(count, FORK_SAFE_THREADS.get(module, 0)) for module, count in STARTED_BY.items())
+    tolerated = sum(min(count, fork_safe_threads(module)) for module, count in STARTED_BY.items())
     if extra > tolerated:
         return (f"the worker's imports started {extra - tolerated} extra thread(s); a lock one of them holds at fork "
                 "time would deadlock the child (set `threads` to fix the BLAS pools, or use isolation = \"spawn\")")
     return ""
+
+
+def fork_safe_threads(module: str) -> int:
+    """How many of the threads that importing `module` starts are safe to fork with (its framework helper's
+    `fork_safe_threads`; 0 for a module of no registered framework)."""
+    from modelci.workload import frameworks
+
+    helper = frameworks.by_module(module)
+    return helper.fork_safe_threads if helper else 0
 
 
 def gpu_device_files() -> list[str]:
