@@ -1,4 +1,4 @@
-"""What every framework zoo (zoo:torch, zoo:paddle) must do, driven in-process without the harness.
+"""What every framework zoo (zoo:torch, zoo:paddle, zoo:jax) must do, driven in-process without the harness.
 
 `Zoo` imports a built-in suite as the harness does and sets up, trains and infers its workloads the way the
 harness does (seed and determinism first). `ZooContract` holds the tests every zoo passes: a test module

@@ -1,7 +1,7 @@
-"""The torch and paddle zoos end to end through the real `modelci` command, in real environments.
+"""The torch, paddle and jax zoos end to end through the real `modelci` command, in real environments.
 
-These build environments holding torch 2.13.0 (from the find-links of the user's pip configuration) and
-paddlepaddle 3.0.0 (from the index), so they use a persistent cache like a user's machine: the first run
+These build environments holding torch 2.13.0 (from the find-links of the user's pip configuration),
+paddlepaddle 3.0.0 and jax 0.10.2 (from the index), so they use a persistent cache like a user's machine: the first run
 on a fresh machine downloads the frameworks once, later runs reuse the environments.
 """
 
@@ -60,3 +60,28 @@ def test_paddle_workload_runs_end_to_end(tmp_path):
     assert [(r["workload"], r["status"]) for r in data["results"]] == [("paddle/LeNet", "ok")]
     metrics = data["results"][0]["metrics"]
     assert metrics["loss"]["n"] >= 10 and metrics["time.infer"]["n"] >= 5
+
+
+def test_jax_zoo_runs_end_to_end_in_spawned_children(tmp_path):
+    """jax 0.10.2 (and jaxlib, from the index) in a uv environment: every zoo:jax model trains, infers and saves
+    both formats; XLA's thread pools make the fork worker spawn each child, and the result says why."""
+    report = tmp_path / "jax.json"
+    proc = modelci(tmp_path, "run", "--target", "jax==0.10.2", "--suite", "zoo:jax", "--json", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    assert data["run"]["target"]["version"] == "0.10.2"
+    statuses = {r["workload"]: r["status"] for r in data["results"]}
+    assert statuses == {f"jax/{name}": "ok" for name in ("MLPClassifier", "SmallCNN", "TransformerBlock",
+                                                         "GRUForecaster")}
+    assert {r["isolation"] for r in data["results"]} == {"spawn"}
+
+    from modelci.store import Store
+
+    store = Store(str(tmp_path / ".modelci" / "history.db"), str(tmp_path / ".modelci" / "artifacts"))
+    for result in store.run(data["run"]["id"]).results:
+        assert "thread" in result.info["isolation_reason"], result.info.get("isolation_reason")
+        assert {(e["format"], e["status"], e["unsafe"]) for e in result.info["saved"]} == {
+            ("jax_params", "ok", False), ("jax_export", "ok", False)}
+        assert result.info["versions"]["jax"] == "0.10.2" and result.info["versions"]["jax.backend"] == "cpu"
+        assert str(CACHE) in result.info["modules"]["jax"]["file"]
+        assert len(result.metrics["loss"].values) >= 10

@@ -34,6 +34,7 @@ REGISTRY = {
     "numpy": "modelci.workload.frameworks:NumpyHelper",
     "torch": "modelci.workload.fw_torch:TorchHelper",
     "paddle": "modelci.workload.fw_paddle:PaddleHelper",
+    "jax": "modelci.workload.fw_jax:JaxHelper",
 }
 
 

@@ -1,1 +1,1 @@
-"""Built-in suites: `zoo:numpy`, `zoo:torch`, `zoo:paddle`; each subfolder is a suite of workload files."""
+"""Built-in suites: `zoo:numpy`, `zoo:torch`, `zoo:paddle`, `zoo:jax`; each subfolder is a suite of workload files."""
