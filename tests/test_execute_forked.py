@@ -307,7 +307,7 @@ def torch_env(tmp_path: Path, monkeypatch, spec: str = "torch==2.13.0"):
 @pytest.mark.slow
 def test_zoo_paddle_forks_beside_the_bvar_thread_with_the_outputs_and_memory_of_spawn(tmp_path, monkeypatch):
     """paddle's import starts brpc's bvar sampler thread, which brpc starts again in a forked child: the worker
-    forks beside it (worker.FORK_SAFE_THREADS), and the results are those of fresh processes."""
+    forks beside it (the paddle helper's fork_safe_threads), and the results are those of fresh processes."""
     env = torch_env(tmp_path, monkeypatch, "paddlepaddle==3.0.0")
     suites = {"paddle": ZOO_PADDLE}
     fork = executor_results(env.python, suites, tmp_path / "fork", "fork")

@@ -62,6 +62,7 @@ def test_paddle_workload_runs_end_to_end(tmp_path):
     assert metrics["loss"]["n"] >= 10 and metrics["time.infer"]["n"] >= 5
 
 
+@pytest.mark.timeout(1500)  # the first run downloads jax and jaxlib; every child imports jax and compiles
 def test_jax_zoo_runs_end_to_end_in_spawned_children(tmp_path):
     """jax 0.10.2 (and jaxlib, from the index) in a uv environment: every zoo:jax model trains, infers and saves
     both formats; XLA's thread pools make the fork worker spawn each child, and the result says why."""
