@@ -96,6 +96,7 @@ def test_versions_probe_and_to_numpy():
     value = HELPER.to_numpy(jax.numpy.arange(3.0) * 2)
     assert isinstance(value, np.ndarray)
     np.testing.assert_array_equal(value, [0.0, 2.0, 4.0])
+    assert HELPER.fork_hazard() == ""  # a CPU client: only its threads stop the fork (below)
 
 
 def test_set_determinism_adds_and_removes_its_xla_flag_only(monkeypatch):

@@ -68,21 +68,16 @@ class JaxHelper(PythonHelper):
     @classmethod
     def fork_hazard(cls) -> str:
         """A GPU or TPU client this process started cannot be used by a forked child."""
-        jax = sys.modules.get("jax")
-        try:
-            from jax._src import xla_bridge  # noqa: PLC0415 - only when jax is imported already
-
-            backends = getattr(xla_bridge, "_backends", {}) or {}
-        except Exception:  # noqa: BLE001 - another jax keeps it elsewhere: nothing to say
-            return ""
+        bridge = sys.modules.get("jax._src.xla_bridge")  # where jax keeps its started clients (no import here)
+        backends = getattr(bridge, "_backends", None) or {}
         accelerators = sorted(name for name in backends if name != "cpu")
-        if jax is not None and accelerators:
+        if accelerators:
             return f"jax has started its {', '.join(accelerators)} client in this process, which a forked child " \
                    "cannot use"
         return ""
 
     def probe(self) -> Dict[str, Any]:
-        """jax's build: versions of jax and jaxlib, the default backend and its devices, the XLA flags."""
+        """jax's build: versions of jax and jaxlib, the default backend, its devices, and whether x64 is on."""
         import jax
 
         facts: Dict[str, Any] = {"version": jax.__version__}
@@ -90,7 +85,7 @@ class JaxHelper(PythonHelper):
             import jaxlib
 
             facts["jaxlib"] = getattr(jaxlib, "__version__", None) or jaxlib.version.__version__
-        except Exception:  # noqa: BLE001 - a jax without its jaxlib says so under framework_errors below
+        except Exception:  # noqa: BLE001 - a jaxlib that cannot say its version: recorded as unknown
             facts["jaxlib"] = None
         facts["backend"] = jax.default_backend()
         facts["devices"] = [str(device.device_kind) for device in jax.devices()]
