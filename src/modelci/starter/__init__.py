@@ -15,14 +15,11 @@ from pathlib import Path
 
 import modelci
 from modelci.errors import UserError
+from modelci.workload import frameworks as framework_helpers
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-#: framework -> (the distribution a target names, the workload file written into the suite folder)
-FRAMEWORKS = {
-    "numpy": ("numpy", "classifier.py"),
-    "torch": ("torch", "classifier.py"),
-    "paddle": ("paddlepaddle", "classifier.py"),
-}
+#: the workload file written into the suite folder
+WORKLOAD_FILE = "classifier.py"
 #: the suite folder `init` writes, named in the config's `suites`; workload ids are `models/<Class>`
 SUITE = "models"
 
@@ -81,8 +78,8 @@ class Written:
 
 
 def frameworks() -> list[str]:
-    """The frameworks `init` has a starter workload for."""
-    return list(FRAMEWORKS)
+    """The registered frameworks that `init` has a starter workload for (`templates/<framework>_classifier.py`)."""
+    return [name for name in framework_helpers.REGISTRY if (TEMPLATES / f"{name}_classifier.py").is_file()]
 
 
 def render_config(framework: str) -> str:
@@ -92,14 +89,16 @@ def render_config(framework: str) -> str:
 
 def init(folder: str | Path, framework: str) -> Written:
     """Write `modelci.toml` and `models/<file>` into `folder` (made when missing); refuse if any of them exists."""
-    if framework not in FRAMEWORKS:
-        raise UserError(f"no starter for framework {framework!r}; choose one of {', '.join(FRAMEWORKS)}")
-    dist, filename = FRAMEWORKS[framework]
+    known = frameworks()
+    if framework not in known:
+        raise UserError(f"no starter for framework {framework!r}; choose one of {', '.join(known)}")
+    # the distribution a target names: the first that provides the framework (paddle: paddlepaddle)
+    dist = framework_helpers.helper_class(framework).distributions[0]
     root = Path(folder)
     if root.exists() and not root.is_dir():
         raise UserError(f"{root} is a file, not a folder; pass --dir with a folder (it is made when missing)")
     config, suite = root / "modelci.toml", root / SUITE
-    workload = suite / filename
+    workload = suite / WORKLOAD_FILE
     in_the_way = [str(p) for p in (config, suite) if p.exists() or p.is_symlink()]
     if in_the_way:
         raise UserError(f"{' and '.join(in_the_way)} already exist{'s' if len(in_the_way) == 1 else ''}; "
