@@ -95,12 +95,12 @@ def fake_project(tmp_path: Path, env_cache: Path, monkeypatch) -> FakeProject:
 
 # --- history database fixtures (store tests run on SQLite and on a real PostgreSQL server) -------------------
 
-from pgserver import PostgresServer  # noqa: E402
-
-
 @pytest.fixture(scope="session")
 def postgres_server():
     """One real PostgreSQL server for the test session (initdb + pg_ctl on a free loopback port)."""
+    # imported here: the zoo tests run in venvs holding only a framework and pytest (.ci/run), without psycopg
+    from pgserver import PostgresServer
+
     server = PostgresServer().start()
     yield server
     server.stop()
