@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import math
 import os
 import socket
 import sys
@@ -34,6 +35,9 @@ class Option:
     help: str
     #: the values it may take, when it is a choice (empty: any value of its type)
     choices: tuple = ()
+    #: the smallest value a number may take (None: no bound), and whether that bound itself is refused
+    minimum: float | None = None
+    above: bool = False
 
     @property
     def env(self) -> str:
@@ -50,12 +54,13 @@ OPTIONS = [
            "refused, compat still reads from it"),
     Option("cache_dir", str, "~/.cache/modelci", "where environments and built wheels are cached"),
     Option("runner", str, socket.gethostname(), "runner label stored with every run (e.g. ci-cpu)"),
-    Option("timeout", float, 1800.0, "seconds one workload may take before it is killed and marked timeout"),
-    Option("seed", int, 0, "seed handed to every workload"),
-    Option("repeats", int, 0, "timed inference repeats per workload (0: the workload's own setting)"),
+    Option("timeout", float, 1800.0, "seconds one workload may take before it is killed and marked timeout",
+           minimum=0, above=True),
+    Option("seed", int, 0, "seed handed to every workload", minimum=0),
+    Option("repeats", int, 0, "timed inference repeats per workload (0: the workload's own setting)", minimum=0),
     Option("python", str, sys.executable, "base interpreter for the environments"),
     Option("threads", int, 1, "BLAS/OpenMP threads per workload (0: leave the variables as they are); a fixed count "
-                              "keeps timings comparable and numerics reproducible on a shared runner"),
+                              "keeps timings comparable and numerics reproducible on a shared runner", minimum=0),
     Option("suites", list, [], "default suites when --suite is not given (folders or zoo:NAME)"),
     Option("isolation", str, "fork", "how each workload gets a fresh process: fork (one warm worker per environment "
            "imports the framework once and forks a child per workload; spawn where forking is unsafe) or spawn "
@@ -204,9 +209,22 @@ def coerce(option: Option, value: Any, where: str) -> Any:
             return value
         if isinstance(value, bool):
             raise TypeError
-        return option.type(value)
+        if option.type is int and isinstance(value, float) and not value.is_integer():
+            raise TypeError  # int(1.5) would quietly make it 1
+        number = option.type(value)
     except (TypeError, ValueError):
         raise UserError(f"{where} must be {_type_name(option.type)}, got {value!r}") from None
+    return in_range(option, number, where)
+
+
+def in_range(option: Option, number: Any, where: str) -> Any:
+    """`number` when it is finite and within the option's bound; otherwise a UserError naming where it came from."""
+    if isinstance(number, float) and not math.isfinite(number):
+        raise UserError(f"{where} must be a finite number, got {number!r}")
+    if option.minimum is not None and (number <= option.minimum if option.above else number < option.minimum):
+        bound = f"greater than {option.minimum:g}" if option.above else f"{option.minimum:g} or more"
+        raise UserError(f"{where} must be {bound}, got {number!r}")
+    return number
 
 
 def _coerce_dict(value: Any) -> dict[str, Any]:

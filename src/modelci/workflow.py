@@ -244,6 +244,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     target = targets.resolve(target_spec or envs.locked_target(locked), cache_dir=config.cache_dir)
     if config.values.get("artifacts_readonly"):  # refused before the run starts, not after it (issue 6)
         _open_store(config)
+    check_artifacts(config)  # a bad URL, a folder under a file, missing credentials: before the environment
     progress.note(f"target {target.spec}: preparing the environment")
     timings: dict[str, float] = {}
     try:
@@ -362,6 +363,18 @@ def _preload(segments: bool) -> None:
         checks.preload(segments)
     except Exception:  # noqa: BLE001 - a thread's traceback would reach the user; the step that needs them
         pass  # imports them again, and reports a broken install there
+
+
+def check_artifacts(config: Config) -> None:
+    """That the configured artifact store opens and takes writes (ArtifactStore.check_usable); a UserError if not.
+
+    Checked before the environment is built and any workload runs: a store that cannot take the run's outputs
+    used to fail only at the ingest, with a traceback, after every workload had run.
+    """
+    from modelci.store.artifacts import ArtifactStore
+
+    ArtifactStore(config.artifacts, config.values.get("artifacts_options"),
+                  bool(config.values.get("artifacts_readonly"))).check_usable()
 
 
 def _open_store(config: Config) -> Store:

@@ -81,8 +81,9 @@ class Project:
 
     def config(self, text: str = "", timeout: float = 30) -> None:
         """Write modelci.toml: the shared cache, a runner label, a timeout, plus `text`."""
-        (self.root / "modelci.toml").write_text(
-            f'cache_dir = "{self.cache}"\nrunner = "probe"\ntimeout = {timeout}\n' + textwrap.dedent(text))
+        text = textwrap.dedent(text)
+        own = "" if re.search(r"^timeout\s*=", text, re.M) else f"timeout = {timeout}\n"
+        (self.root / "modelci.toml").write_text(f'cache_dir = "{self.cache}"\nrunner = "probe"\n{own}' + text)
 
     def workloads(self, source: str, name: str = "models.py") -> Path:
         """Write a suite file (modelci imported for it)."""

@@ -14,14 +14,15 @@ the run is stored before anyone is notified, so a notifier can never lose it.
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import logging
 import os
 import smtplib
+import socket
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -137,24 +138,52 @@ def _secret(entry: Mapping[str, Any], key: str, environ: Mapping[str, str]) -> s
 
 
 def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
-    """POST the JSON payload; any status outside 2xx, or no answer within `timeout`, is a failure."""
+    """POST the JSON payload; any status outside 2xx, or no complete answer within `timeout` seconds in all (a
+    deadline for the whole request, not only for each read), is a failure."""
     url = _secret(entry, "url_env", environ)
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise NotifyError(f"${entry['url_env']} is not an http(s) URL", retry=False)
     host = f"{parsed.hostname}:{parsed.port}" if parsed.port else parsed.hostname
     body = json.dumps(payload(message)).encode()
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "User-Agent": "modelci"})
+    timeout = float(entry["timeout"])
+    headers = {"Content-Type": "application/json", "User-Agent": "modelci"}
+    kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parsed.hostname, parsed.port, timeout=timeout)
+    # `timeout` bounds each socket operation; a receiver that trickles its answer a byte at a time passes every
+    # one of them, so the whole request also has a deadline: at `timeout` the socket is shut and the read ends
+    overdue = threading.Event()
+    timer = threading.Timer(timeout, _abort, args=(connection, overdue))
+    timer.daemon = True
+    timer.start()
     try:
-        with urllib.request.urlopen(request, timeout=entry["timeout"]) as response:
-            response.read()
-    except urllib.error.HTTPError as exc:
+        connection.request("POST", urllib.parse.urlunsplit(("", "", parsed.path or "/", parsed.query, "")), body,
+                           headers)
+        response = connection.getresponse()
+        response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        if overdue.is_set():  # a receiver this slow will not be faster on the next try
+            raise NotifyError(f"host {host} gave no complete answer within the timeout of {timeout:g} s",
+                              retry=False) from None
+        raise NotifyError(f"host {host} unreachable: {getattr(exc, 'reason', exc)}") from None
+    finally:
+        timer.cancel()
+        connection.close()
+    if not 200 <= response.status < 300:
         # 4xx means the receiver refuses this request as it is: retrying the same bytes will not help
-        raise NotifyError(f"host {host} answered HTTP {exc.code} {exc.reason}", retry=exc.code >= 500) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise NotifyError(f"host {host} unreachable: {reason}") from None
+        raise NotifyError(f"host {host} answered HTTP {response.status} {response.reason}",
+                          retry=response.status >= 500)
+
+
+def _abort(connection: http.client.HTTPConnection, overdue: threading.Event) -> None:
+    """The deadline of a request passed: shut its socket, so that the read it is blocked in ends now."""
+    overdue.set()
+    sock = connection.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def send_email(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:

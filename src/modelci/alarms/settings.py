@@ -200,6 +200,8 @@ def _check_notify_values(settings: dict[str, Any], label: str) -> None:
     for key in ("retries", "backoff", "timeout"):
         if settings[key] < 0:
             raise UserError(f"{label}: key {key!r} must not be negative, got {settings[key]!r}")
+    if not 0 < settings["timeout"] < float("inf"):  # the deadline of one delivery: 0 or NaN would be none at all
+        raise UserError(f"{label}: key 'timeout' must be a number of seconds greater than 0, got {settings['timeout']!r}")
 
 
 def validate_alarm_settings(table: Any, where: str) -> dict[str, Any]:

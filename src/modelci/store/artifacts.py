@@ -5,19 +5,24 @@ A local folder is the default; any URL fsspec opens (s3://, gs://, file://) can 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from modelci.errors import UserError
+from modelci.errors import HarnessError, UserError
+
+#: the address of the empty blob, which `check_usable` writes to prove the store takes writes
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 class CorruptArtifact(UserError):
@@ -32,7 +37,11 @@ class ArtifactStore:
         #: fsspec storage options (endpoint, credentials, anon=True for a public bucket), from `artifacts_options`
         self.options = dict(options or {})
         self.readonly = readonly
-        self.fs, self.base = fsspec.core.url_to_fs(self.root, **self.options)
+        try:
+            self.fs, self.base = fsspec.core.url_to_fs(self.root, **self.options)
+        except (ValueError, ImportError, TypeError) as exc:  # an unknown protocol, its package missing, bad options
+            raise UserError(f"the artifact store {self.root!r} cannot be opened: {exc}; set `artifacts` "
+                            "(MODELCI_ARTIFACTS) to a folder or an fsspec URL such as s3://bucket/prefix") from None
 
     def check_writable(self) -> None:
         """Refuse to write to a store opened read-only, with a message that says what to do."""
@@ -47,19 +56,78 @@ class ArtifactStore:
         """Where the blob with this digest lives."""
         return f"{self.base}/{digest[:2]}/{digest[2:]}"
 
+    def check_usable(self) -> None:
+        """Before a run: that the store can be reached and, unless read-only, written (a UserError if not).
+
+        A mistyped URL, a folder under a file or missing credentials were tracebacks, the last one only after
+        every workload had run. Writing the empty blob (content-addressed, so harmless and written once) proves
+        the store takes writes, with the credentials the run will use.
+        """
+        try:
+            if self.readonly:
+                self.fs.exists(self.path(EMPTY_SHA256))
+            else:
+                self.put(b"")
+        except HarnessError as exc:  # before the run it is the configuration that is wrong: a usage error
+            raise UserError(str(exc).replace("nothing of this run was stored. ", "")) from None
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - fsspec backends raise their own types (botocore, gcsfs, ...)
+            raise UserError(f"the artifact store {self.root} cannot be {'read' if self.readonly else 'written'}: "
+                            f"{type(exc).__name__}: {exc}; check `artifacts` (MODELCI_ARTIFACTS) and, for a remote "
+                            "store, its credentials and `artifacts_options`") from None
+
     def put(self, data: bytes) -> str:
-        """Store `data` and return its sha256; an existing blob is left as it is."""
+        """Store `data` and return its sha256. A blob already there is kept when its bytes match its address, and
+        written again when they do not: storing the same content again heals a corrupt blob."""
         self.check_writable()
         digest = hashlib.sha256(data).hexdigest()
         path = self.path(digest)
-        if not self.fs.exists(path):
-            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        if not self._intact(path, digest, len(data)):
             # write under a temporary name and move, so a reader never sees half a blob
             tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            with self.fs.open(tmp, "wb") as fh:
-                fh.write(data)
-            self.fs.mv(tmp, path)
+            with self._writing(tmp):
+                self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                with self.fs.open(tmp, "wb") as fh:
+                    fh.write(data)
+                self.fs.mv(tmp, path)
         return digest
+
+    def _intact(self, path: str, digest: str, size: int) -> bool:
+        """Whether the blob at `path` exists and holds the bytes its address says. On a local store the bytes are
+        hashed (a saved model read back at disk speed); on a remote one its size is compared, as a download of
+        every blob stored again would cost more than the write it saves."""
+        try:
+            if isinstance(self.fs, LocalFileSystem):
+                hasher = hashlib.sha256()
+                with open(path, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        hasher.update(chunk)
+                return hasher.hexdigest() == digest
+            return self.fs.exists(path) and self.fs.size(path) == size
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return False
+
+    @contextmanager
+    def _writing(self, tmp: str) -> Iterator[None]:
+        """Remove the temporary file `tmp` if the block fails; a full disk (or any OSError) is a HarnessError."""
+        try:
+            yield
+        except BaseException as exc:
+            try:
+                self.fs.rm_file(tmp)
+            except (OSError, FileNotFoundError):
+                pass
+            if isinstance(exc, OSError):
+                full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                raise HarnessError(
+                    f"could not write to the artifact store {self.root}: "
+                    + ("the disk is full" if full else f"{exc.strerror or exc}")
+                    + f" ({type(exc).__name__}); nothing of this run was stored. "
+                    + ("Free space there (or point `artifacts` elsewhere) and run again" if full
+                       else "Check the store's folder and its permissions, and run again")
+                ) from None
+            raise
 
     def put_file(self, local_path: str | Path) -> tuple[str, int]:
         """Store a local file, hashed in chunks (a saved model may not fit in memory); returns (sha256, size).
@@ -75,17 +143,18 @@ class ArtifactStore:
                 size += len(chunk)
         digest = hasher.hexdigest()
         path = self.path(digest)
-        if not self.fs.exists(path):
-            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        if not self._intact(path, digest, size):
             tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            if isinstance(self.fs, LocalFileSystem):
-                try:
-                    os.link(local_path, tmp)
-                except OSError:  # another filesystem, or links not allowed
-                    shutil.copyfile(local_path, tmp)
-            else:
-                self.fs.put_file(str(local_path), tmp)
-            self.fs.mv(tmp, path)
+            with self._writing(tmp):
+                self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                if isinstance(self.fs, LocalFileSystem):
+                    try:
+                        os.link(local_path, tmp)
+                    except OSError:  # another filesystem, or links not allowed
+                        shutil.copyfile(local_path, tmp)
+                else:
+                    self.fs.put_file(str(local_path), tmp)
+                self.fs.mv(tmp, path)
         return digest, size
 
     def get(self, digest: str) -> bytes:

@@ -1,0 +1,83 @@
+"""Artifacts: a full disk, a corrupt blob, an artifact store that cannot be used."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+
+import pytest
+from probes import QUICK, workload
+
+BIG = workload("Big") .replace('return {"y": [1.0, 2.0]}', 'return {"y": [float(i) for i in range(300_000)]}')
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs: a real full disk for the artifact store (CI runs as root, which may mount one)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        pytest.skip(f"this machine cannot mount a tmpfs (CI runs as root and can): {made.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_is_a_clear_error_that_leaves_the_database_and_no_temporary_file(project, small_disk):
+    project.config(f'artifacts = "{small_disk / "artifacts"}"')
+    project.workloads(QUICK)
+    first = project.run()
+    assert first.returncode == 0, first.stderr
+    runs = project.stored("SELECT id, status FROM runs")
+    project.workloads(QUICK + BIG)
+    done = project.run()
+    assert done.returncode == 3, done.stderr
+    assert "the disk is full" in done.stderr and "artifact store" in done.stderr
+    assert project.stored("SELECT id, status FROM runs") == runs  # nothing half-stored, nothing lost
+    assert not [p for p in small_disk.rglob("*") if ".tmp-" in p.name]
+    project.assert_clean(done)
+
+
+def _blobs(project) -> dict:
+    root = project.root / ".modelci" / "artifacts"
+    return {p: p.parent.name + p.name for p in root.glob("*/*") if p.is_file()}
+
+
+def test_a_corrupt_blob_heals_when_the_same_content_is_stored_again(project):
+    project.workloads(QUICK)
+    assert project.run().returncode == 0
+    blobs = _blobs(project)
+    assert blobs
+    for path in blobs:
+        path.write_bytes(b"bit rot")
+    shown = project.cli("show", "latest")
+    assert "Traceback" not in shown.stderr
+    done = project.run()
+    assert done.returncode == 0, done.stderr
+    for path, address in blobs.items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == address
+    project.assert_clean(done)
+
+
+@pytest.mark.parametrize("url, says", [
+    ("nosuchproto://bucket/prefix", "Protocol not known"),
+    ("{root}/modelci.toml/under-a-file", "Not a directory"),
+    ("s3://no-credentials-bucket/prefix", "NoCredentialsError"),
+    ("memory://", ""),
+])
+def test_an_artifact_store_that_cannot_be_used_is_refused_before_the_environment_is_built(project, url, says):
+    url = url.format(root=project.root)
+    project.config(f'artifacts = "{url}"')
+    project.extra_env.update(AWS_EC2_METADATA_DISABLED="true", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+                             AWS_CONFIG_FILE="/nonexistent")
+    project.workloads(QUICK)
+    done = project.run()
+    if not says:  # a store that works: the run goes on
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 2, done.stderr
+    assert "artifact store" in done.stderr and says in done.stderr
+    assert "preparing the environment" not in done.stderr
+    assert not project.db.exists() or project.stored("SELECT count(*) FROM runs") == [(0,)]
+    project.assert_clean(done)

@@ -1,0 +1,82 @@
+"""Notifiers: a webhook that trickles its answer cannot hold modelci past the notifier's timeout."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from probes import workload
+
+#: the answer the slow receiver trickles, one byte a second: a minute in all
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+
+
+class TricklingReceiver:
+    """A real HTTP server on loopback that reads a request, then answers one byte a second."""
+
+    def __init__(self, pause: float = 1.0):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        self.requests = 0
+        self.sent: list[int] = []
+        self.pause = pause
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.requests += 1
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                conn.recv(65536)
+                sent = 0
+                for byte in ANSWER:
+                    if self.stop.wait(self.pause):
+                        break
+                    conn.sendall(bytes([byte]))
+                    sent += 1
+            except OSError:  # the client gave up and closed: what this probe wants to see
+                pass
+            self.sent.append(sent)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def trickling():
+    receiver = TricklingReceiver()
+    yield receiver
+    receiver.close()
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_a_trickling_webhook_is_given_up_at_its_timeout_and_the_run_is_kept(project, trickling, retries):
+    project.config(f'[[notify]]\nkind = "webhook"\nurl_env = "PROBE_HOOK"\ntimeout = 2\nretries = {retries}\n'
+                   'backoff = 0.01\n')
+    project.extra_env["PROBE_HOOK"] = trickling.url
+    project.workloads(workload("Broken", 'raise RuntimeError("opens an alarm")'))
+    done = project.run()
+    assert done.returncode == 1, done.stderr  # the failed workload, not the notifier, decides it
+    assert "no complete answer within the timeout of 2 s" in done.stdout + done.stderr
+    assert trickling.requests == 1  # not retried: a receiver this slow will not be faster next time
+    # the client hung up long before the minute the whole answer takes (no wall-clock margin is asserted)
+    deadline = time.monotonic() + 30
+    while not trickling.sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert trickling.sent and trickling.sent[0] < len(ANSWER) // 2, trickling.sent
+    assert project.stored("SELECT status FROM runs") == [("complete",)]
+    project.assert_clean(done)
