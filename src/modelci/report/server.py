@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from modelci.errors import UserError
 from modelci.report import queries
-from modelci.report.site import SiteReport, generate_site
+from modelci.report.site import SiteReport, generate_site, plotly_js
 
 __all__ = ["LiveSite", "DashboardServer", "make_server", "is_loopback"]
 
@@ -102,6 +102,7 @@ def is_loopback(host: str) -> bool:
 def make_server(store: Any, host: str = "127.0.0.1", port: int = 8000, out: str | Path | None = None,
                 log: Callable[[str], object] = print, verbose: bool = False, **options: Any) -> DashboardServer:
     """Build the site once and bind the server (port 0 picks a free one); a taken port is a UserError."""
+    plotly_js()  # a missing plotly is said before a temporary folder is made
     folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="modelci-site-"))
     site = LiveSite(store, folder, log=log, **options)
     site.refresh()

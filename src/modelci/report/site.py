@@ -142,6 +142,7 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
     With `jobs` > 1 and a large history, the run pages are built by a forked child meanwhile (see forked.py).
     """
     started, cpu = time.perf_counter(), time.process_time()
+    plotly = plotly_js()  # before anything is written: without it there is no site to write
     out = Path(out)
     try:
         for folder in (out, out / "assets", out / "w", out / "runs"):
@@ -150,7 +151,7 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
         raise UserError(f"cannot write the site into {out}: {exc.strerror}; pass another --out folder") from None
     report = SiteReport(out=out)
     phase = _Phases(report.phases)
-    _copy_assets(out / "assets")
+    _copy_assets(out / "assets", plotly)
     history = queries.load_history(store)
     alarms = collect_alarms(store)
     extras = []
@@ -301,25 +302,30 @@ def _table(table: dict[str, Any], title: str) -> dict[str, Any]:
             "columns": list(table.get("columns", [])), "rows": rows}
 
 
-def _copy_assets(assets: Path) -> None:
-    """plotly.min.js from the plotly package (once; it is 4-5 MB, shared by every page), and the site's CSS/JS."""
-    source = _plotly_js()
+def _copy_assets(assets: Path, plotly: Path) -> None:
+    """plotly.min.js (once; it is 4-5 MB, shared by every page), and the site's CSS/JS."""
     target = assets / "plotly.min.js"
-    if not target.is_file() or target.stat().st_size != source.stat().st_size:
-        shutil.copyfile(source, target)
+    if not target.is_file() or target.stat().st_size != plotly.stat().st_size:
+        shutil.copyfile(plotly, target)
     static = Path(__file__).parent / "templates" / "assets"
     for item in static.iterdir():
         shutil.copyfile(item, assets / item.name)
 
 
-def _plotly_js() -> Path:
+def plotly_js() -> Path:
+    """The plotly.min.js that the plotly package ships, which the site copies and draws its plots with.
+
+    plotly is the `report` extra, not a dependency of every install: 64 MB of Python package for this one
+    file, which only `modelci report` and `modelci serve` need. Missing, it is a UserError saying how to get it.
+    """
     spec = importlib.util.find_spec("plotly")
     if spec is None or spec.origin is None:
-        raise UserError("the dashboard needs the plotly package; install it with `pip install plotly`")
+        raise UserError("the dashboard draws its plots with plotly.js, which the plotly package ships, and plotly "
+                        "is not installed: install it with `pip install 'modelci[report]'`")
     path = Path(spec.origin).parent / "package_data" / "plotly.min.js"
     if not path.is_file():
         raise UserError(f"the plotly package at {path.parent.parent} has no package_data/plotly.min.js; "
-                        "reinstall plotly")
+                        "reinstall it with `pip install --force-reinstall 'modelci[report]'`")
     return path
 
 
