@@ -215,7 +215,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000, help="stored runs for the history query")
     parser.add_argument("--folder", help="where the databases go (default: a temp folder)")
     parser.add_argument("--backends", action="store_true", help="compare SQLite with PostgreSQL (docs/store.md)")
-    parser.add_argument("--writer-runs", type=int, default=10, help="runs each concurrent writer stores")
+    parser.add_argument("--writer-runs", type=int, default=10,
+                        help="runs each concurrent writer stores (0: leave the concurrent writers out)")
     args = parser.parse_args()
     folder = Path(args.folder or tempfile.mkdtemp(prefix="store-bench-"))
     if args.backends:
@@ -286,7 +287,7 @@ def compare_backends(folder: Path, runs: int, writer_runs: int) -> None:
         counter = iter(range(1_000_000))
         new_db = {"SQLite": lambda: str(folder / f"writers-{next(counter)}.db"), "PostgreSQL": server.database}
         throughput: dict[tuple[str, int], list[float]] = {}
-        for _ in range(3):
+        for _ in range(3 if writer_runs else 0):
             for writers in (1, 4, 8):
                 for backend, make in new_db.items():
                     throughput.setdefault((backend, writers), []).append(bench_writers(make, folder, writers,
@@ -294,16 +295,16 @@ def compare_backends(folder: Path, runs: int, writer_runs: int) -> None:
         print(f"\n### Concurrent writers ({writer_runs} runs of 20 results each; runs stored per second, "
               "median of 3)\n")
         print("| writers | SQLite | PostgreSQL |\n|---|---|---|")
-        for writers in (1, 4, 8):
+        for writers in (1, 4, 8) if writer_runs else ():
             print(f"| {writers} | {statistics.median(throughput[('SQLite', writers)]):.1f} "
-                  f"| {statistics.median(throughput[('PostgreSQL', writers)]):.1f} |")
+                  f"| {statistics.median(throughput[('PostgreSQL', writers)]):.1f} |", flush=True)
 
         stores = {"SQLite": Store(str(folder / "history.db"), str(folder / "artifacts")),
                   "PostgreSQL": Store(server.database(), str(folder / "artifacts"))}
         for backend, store in stores.items():
             started = time.perf_counter()
             fill_history(store, runs)
-            print(f"{backend}: history of {runs} runs written in {time.perf_counter() - started:.1f} s")
+            print(f"{backend}: history of {runs} runs written in {time.perf_counter() - started:.1f} s", flush=True)
         series = {backend: Clock() for backend in stores}
         for attempt in range(16):
             for backend, store in stores.items():
@@ -322,9 +323,6 @@ def compare_backends(folder: Path, runs: int, writer_runs: int) -> None:
             os.chdir(cwd)
             os.environ.clear()
             os.environ.update(saved)
-        site: dict[str, Any] = {}
-        for backend, store in stores.items():
-            site[backend] = generate_site(store, folder / f"site-{backend}", full=True)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(f"\n### A history of {runs:,} runs on each backend (load average {load:.1f})\n")
         print("| measurement | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|")
@@ -334,7 +332,10 @@ def compare_backends(folder: Path, runs: int, writer_runs: int) -> None:
             a, b = clocks["SQLite"], clocks["PostgreSQL"]
             print(f"| {label} | {_ms(statistics.median(a.wall))} / {_ms(statistics.median(a.cpu))} "
                   f"| {_ms(statistics.median(b.wall))} / {_ms(statistics.median(b.cpu))} "
-                  f"| {statistics.median(b.wall) / statistics.median(a.wall):.2f}x |")
+                  f"| {statistics.median(b.wall) / statistics.median(a.wall):.2f}x |", flush=True)
+        site: dict[str, Any] = {}
+        for backend, store in stores.items():
+            site[backend] = generate_site(store, folder / f"site-{backend}", full=True)
         a, b = site["SQLite"], site["PostgreSQL"]
         print(f"| the whole site (`generate_site`, full: {a.pages:,} pages), once | {a.seconds:.1f} s "
               f"| {b.seconds:.1f} s | {b.seconds / a.seconds:.2f}x |")
