@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 from sqlalchemy import case, func, select
 
-from modelci.checks.policy import Finding, Policy, json_number
+from modelci.checks.policy import Finding, Policy, decided, json_number
 from modelci.store.schema import MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow
 
 if TYPE_CHECKING:  # ruptures and scipy.stats take seconds to import: only detection pays for them
@@ -51,6 +51,8 @@ class SeriesChange:
     series: Series
     change: history.ChangePoint
     worse: bool
+    #: the metric's better direction as the verdict read it ("lower is better", ...)
+    direction: str = ""
 
     def finding(self) -> Finding:
         """The change as a `history` finding. It never gates: the run that reveals a change (3+ points after it)
@@ -60,9 +62,14 @@ class SeriesChange:
             "first_target": c.label, "index": c.index, "points": len(self.series.values),
             "magnitude": json_number(c.magnitude), "before_mean": c.before_mean, "before_sd": c.before_sd,
             "after_mean": c.after_mean, "after_sd": c.after_sd, "p_value": c.p_value, "unit": self.series.unit,
+            "shift": c.after_mean - c.before_mean, "noise_sd": c.noise_sd,
         }
         verdict = "regression" if self.worse else "improvement"
-        return Finding("history", self.series.metric, verdict, numbers, f"change point: {c.evidence}", gating=False)
+        way = "up" if c.after_mean > c.before_mean else "down"
+        judged = f"{'worse' if self.worse else 'better'}: it went {way}, {self.direction}"
+        reason = f"{c.rule}; {judged}" if c.rule else judged
+        return decided("history", self.series.metric, verdict, numbers, f"change point: {c.evidence}", reason,
+                       gating=False)
 
 
 def target_order(row: Any) -> tuple:
@@ -146,10 +153,19 @@ def detection_settings(series: Series, policy: Policy) -> dict[str, Any]:
 
 def worse(series: Series, change: history.ChangePoint, policy: Policy) -> bool:
     """Whether a change goes the bad way: up for lower-is-better metrics, down for higher-is-better ones, and
-    either way for a curve with no direction set (a moved final loss is suspect both ways)."""
+    either way for a curve with no direction set (a moved final loss is suspect both ways). The way is the sign
+    of the difference of the levels, never of a ratio: -10 -> -8 went up."""
     if series.kind == "curve" and policy.direction is None:
         return True
-    return change.magnitude < 0 if policy.higher_better(series.metric) else change.magnitude > 0
+    up = change.after_mean > change.before_mean
+    return not up if policy.higher_better(series.metric) else up
+
+
+def direction_text(series: Series, policy: Policy) -> str:
+    """The metric's better direction in words, for the reason of a history finding."""
+    if series.kind == "curve" and policy.direction is None:
+        return "and a curve with no direction set is suspect either way"
+    return "and higher is better" if policy.higher_better(series.metric) else "and lower is better"
 
 
 def worse_way(series: Series, policy: Policy) -> str:
@@ -202,7 +218,8 @@ def find_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list[S
         policy = policy_for(series.runner, series.workload)(series.metric)
         for change in history.detect_changes(series.values, series.labels, **detection_settings(series, policy)):
             if _large_enough(series, change, policy):
-                found.append(SeriesChange(series, change, worse(series, change, policy)))
+                found.append(SeriesChange(series, change, worse(series, change, policy),
+                                          direction_text(series, policy)))
     return found
 
 
@@ -216,7 +233,8 @@ def latest_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list
         change = history.detect_latest(series.values, series.labels, tail=TAIL, window=WINDOW,
                                        worse=worse_way(series, policy), **detection_settings(series, policy))
         if change is not None and _large_enough(series, change, policy):
-            found.append(SeriesChange(series, change, worse(series, change, policy)))
+            found.append(SeriesChange(series, change, worse(series, change, policy),
+                                      direction_text(series, policy)))
     return found
 
 

@@ -67,14 +67,18 @@ def render_changes(found: list[Any], out: Console) -> None:
         out.print("no change points in the history")
         return
     table = Table(title="change points")
-    for column in ("runner", "workload", "metric", "first target after", "change", "before", "after", "p", ""):
+    for column in ("runner", "workload", "metric", "first target after", "change", "before", "after", "p", "",
+                   "why"):
         table.add_column(column, overflow="fold")
     for item in found:
         c = item.change
         word = "[red]worse[/]" if item.worse else "[cyan]better[/]"
+        shift = c.after_mean - c.before_mean
+        # near zero (within 3 noise sds) a percentage means nothing: the shift in the metric's unit instead
+        size = f"{c.magnitude:+.1%}" if abs(c.before_mean) > 3 * c.noise_sd and c.before_mean else f"{shift:+.4g}"
         table.add_row(escape(item.series.runner), escape(item.series.workload), escape(item.series.metric),
-                      escape(c.label), f"{c.magnitude:+.1%}", f"{c.before_mean:.4g}±{c.before_sd:.2g}",
-                      f"{c.after_mean:.4g}±{c.after_sd:.2g}", f"{c.p_value:.1g}", word)
+                      escape(c.label), size, f"{c.before_mean:.4g}±{c.before_sd:.2g}",
+                      f"{c.after_mean:.4g}±{c.after_sd:.2g}", f"{c.p_value:.1g}", word, escape(item.finding().reason))
     out.print(table)
 
 

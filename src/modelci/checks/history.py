@@ -1,15 +1,19 @@
 """The history check: change points over one series across targets (DESIGN.md, "Comparisons": history).
 
-A series is one metric of one workload on one runner, one value per target in version/commit order. The
-segmentation is ruptures' PELT with an l2 cost (``KernelCPD`` with the linear kernel, which is the same cost
-solved in C). Its penalty comes from the noise, not a constant: the calibrated ``noise_sd`` / ``noise_cv`` when
-given, or else a robust estimate from the series itself, inflated for lag-1 autocorrelation. Every change point
-must then pass a Mann-Whitney U test between its two segments and a minimum magnitude.
+A series is one metric of one workload on one runner, one value per target in version/commit order. A whole
+history (``detect_changes``) is cut into segments that are each flat or a straight trend, by an exact penalised
+least-squares partition (PELT) whose penalty comes from the noise: the calibrated ``noise_sd`` / ``noise_cv``
+when given, or else a robust estimate from the residuals within the segments, inflated for lag-1
+autocorrelation. A drift is then one trend segment, not a staircase; every change point must also fit better
+than one smooth curve (a quadratic or cubic) over its two segments, against the noise or the misfit there,
+whichever is larger, so that a smooth curve with next to no noise is not cut either.
 
 The check after each run (``detect_latest``) uses that segmentation to find where the current level began, then
 tests whether the last few points start a new one, in the direction that is a regression: a one-sided z by
 least squares under AR(1) noise, against a threshold set from the same noise. The method and the figures that
-set its constants are in docs/detection.md (made by benchmarks/detection.py).
+set its constants are in docs/detection.md (made by benchmarks/detection.py). The online check segments with
+ruptures' PELT on the l2 cost (``KernelCPD`` with the linear kernel, in C): its window is short, and its
+constants were calibrated with it.
 """
 
 from __future__ import annotations
@@ -23,9 +27,23 @@ import numpy as np
 # ruptures and scipy are imported where they are used: together they take over a second to import, and the
 # check after every run needs neither until a series has MIN_POINTS_FOR_ESTIMATE points before its tail (issue 9)
 
-#: detect_changes: penalty = sd**2 * long-run AR(1) variance factor * (2 ln n + PENALTY_OFFSET). The 2 ln n term
-#: keeps the false change points per series flat as the series grows (BIC-like).
-PENALTY_OFFSET = 0.5
+#: detect_changes: penalty = sd**2 * long-run AR(1) variance factor * (2 ln n + PENALTY_OFFSET) per segment. The
+#: 2 ln n term keeps the false change points per series flat as the series grows (BIC-like)
+PENALTY_OFFSET = 2.0
+#: detect_changes: and never below this: on short series the noise estimate itself is loose
+MIN_PENALTY = 9.0
+#: detect_changes: a segment's slope costs sd**2 * variance factor * SLOPE_PENALTY * ln n more (one more parameter,
+#: BIC): a flat segment is the cheaper explanation unless the trend is clear
+SLOPE_PENALTY = 2.0
+#: detect_changes: the smooth curve a change point must beat costs this times ln n per degree: a quadratic is as
+#: cheap as one straight segment, so a smooth curve is not cut into two lines
+DEGREE_PENALTY = 1.0
+#: detect_changes: a change point must fit better than one polynomial of this degree over its two segments, when
+#: they hold at least this many points (a cubic over fewer points passes for a step: a step in 20 points is
+#: three-quarters explained by a straight line already)
+SMOOTH_MIN_POINTS = {2: 30, 3: 60}
+#: detect_changes: fewer points than this and nothing is reported (a step needs a few points on either side)
+MIN_POINTS_OFFLINE = 8
 #: detect_latest: a change in the last MAX_TAIL points needs a one-sided z**2 >= LATEST_PENALTY against the points
 #: before it (z from least squares under AR(1) noise). Calibrated on A/A series of another seed than the one
 #: reported (benchmarks/detection.py --constant, docs/detection.md) for <= 1 false alarm per 1,000 runs.
@@ -64,6 +82,9 @@ _TRIMMED_VAR_3SD = 0.97334
 #: detect_changes: an sd estimated from n points is padded by (1 + SD_PADDING / sqrt(n_eff)) against its own
 #: uncertainty, n_eff = n (1 - phi) / (1 + phi) being what AR(1) noise is worth in independent points
 SD_PADDING = 0.25
+#: detect_changes: below MIN_POINTS_FOR_ESTIMATE points an estimated sd is padded by (1 + SHORT_SD_PADDING /
+#: sqrt(n)), about what a t quantile adds to a normal one with so few residuals
+SHORT_SD_PADDING = 1.0
 #: detect_latest: an estimated sd (and innovations' sd) is padded by (1 + LATEST_SD_PADDING / n), about what a
 #: Student t quantile adds to a normal one at these levels; a padding in 1 / sqrt(n) cost 5% steps on long
 #: histories and still let short ones over-alarm (docs/detection.md)
@@ -87,13 +108,20 @@ class ChangePoint:
 
     index: int  # index of the first point after the change
     label: str  # the label (target name) of that point
-    magnitude: float  # relative change of the mean (after / before - 1)
-    before_mean: float
+    #: relative change, (after - before) / |before|: its sign is the way the metric went, also below zero
+    magnitude: float
+    before_mean: float  # the level just before the change (a segment's mean, or its trend's last fitted value)
     before_sd: float
-    after_mean: float
+    after_mean: float  # the level just after it
     after_sd: float
-    p_value: float  # Mann-Whitney U between the two segments (one-sided the worse way in detect_latest)
+    p_value: float  # detect_changes: of the fit's improvement; detect_latest: Mann-Whitney U the worse way
     evidence: str  # one human line, e.g. "time.train +10.3% from torch==2.14.1 (mean 1.02±0.03 → ...)"
+    #: after_mean - before_mean, in the metric's unit: the direction of the change, whatever the sign of the level
+    shift: float = 0.0
+    #: the noise sd of one point the change was judged against
+    noise_sd: float = 0.0
+    #: the rule that decided it, with its numbers (the "why" of a history finding)
+    rule: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,21 +200,45 @@ def detect_changes(
     unit: str = "",
     alpha: float = ALPHA,
 ) -> list[ChangePoint]:
-    """Find the change points of a whole series, oldest first.
+    """Find the change points of a whole series, oldest first, both ways.
 
-    The noise is ``noise_sd``, else ``noise_cv`` times the series median, else estimated from the series
-    (which needs MIN_POINTS_FOR_ESTIMATE points); ``metric`` and ``unit`` only dress the evidence line.
+    Each segment is flat or a straight trend. The noise is ``noise_sd``, else ``noise_cv`` times the series'
+    median magnitude, else estimated from the residuals within the segments (from MIN_POINTS_OFFLINE points on);
+    ``metric`` and ``unit`` only dress the evidence line.
     """
     x = _as_series(values)
     labels = _as_labels(labels, len(x))
-    if len(x) < 2 * min_size:
+    n = len(x)
+    if n < max(2 * min_size, MIN_POINTS_OFFLINE):
         return []
-    noise = _noise_for(x, noise_sd, noise_cv, min_size)
+    noise, source = _trend_noise_for(x, noise_sd, noise_cv, min_size)
     # segments here are long, so autocorrelated noise counts with its long-run variance
-    penalty = noise.sd**2 * noise.variance_factor() * (2 * math.log(len(x)) + PENALTY_OFFSET)
-    cleaned = _drop_spikes(x, noise.sd, min_size)
-    ends = _segment(cleaned, penalty, min_size) if noise.sd > 0 else [len(x)]
-    return _confirm(x, cleaned, ends, labels, 0, min_magnitude, metric, unit, alpha)
+    variance = noise.sd**2 * noise.variance_factor()
+    beta = max(2 * math.log(n) + PENALTY_OFFSET, MIN_PENALTY)
+    slope_penalty = variance * SLOPE_PENALTY * math.log(n)
+    cleaned = _drop_trend_spikes(x, noise.sd, min_size)
+    ends = _segment_trends(cleaned, variance * beta, slope_penalty, min_size)
+    judge = _TrendJudge(cleaned, variance, slope_penalty, variance * DEGREE_PENALTY * math.log(n))
+    bounds = [0, *ends]  # change point i sits between the segments [bounds[i], bounds[i+1]) and the next one
+    stats = [judge.statistic(*bounds[i:i + 3]) for i in range(len(bounds) - 2)]
+    # drop the weakest change point that fits no better than one smooth curve, and re-test its two neighbours only
+    # (their segments grew); every other change point keeps its segments and its statistic
+    while stats:
+        failing = [i for i, stat in enumerate(stats) if stat < beta]
+        if not failing:
+            break
+        worst = min(failing, key=stats.__getitem__)
+        del bounds[worst + 1], stats[worst]
+        for i in (worst - 1, worst):
+            if 0 <= i < len(stats):
+                stats[i] = judge.statistic(*bounds[i:i + 3])
+    changes = []
+    for i, stat in enumerate(stats):
+        p_value = math.erfc(math.sqrt(max(stat, 0.0) / 2))  # chi-squared with 1 degree of freedom, upper tail
+        change = judge.describe(*bounds[i:i + 3], labels, noise, source, stat, beta, p_value, alpha, metric, unit)
+        if p_value < alpha and abs(change.magnitude) >= min_magnitude:
+            changes.append(change)
+    return changes
 
 
 def detect_latest(
@@ -221,7 +273,7 @@ def detect_latest(
     found = _tail_candidate(x, settings)
     if found is None:
         return None
-    start, begin, cut, cleaned = found
+    start, begin, cut, cleaned, noise, rule = found
     # a change keeps the index it was first seen at: the location of a small step is uncertain by a point or
     # two, and the same change must not read as a new one each time its best location moves. Walk back over the
     # last runs while they saw a change within RELOCATE points of this one
@@ -234,7 +286,7 @@ def detect_latest(
         return None  # seen when it was in the tail, and older than the tail now
     alternative = {"up": "less", "down": "greater", "both": "two-sided"}[worse]
     change = _compare(x[start:], cleaned, begin - start, first - start, len(x) - start, labels[start:], start, metric,
-                      unit, alternative)
+                      unit, alternative, noise, rule)
     if change.p_value >= alpha or abs(change.magnitude) < min_magnitude:
         return None
     return change
@@ -252,10 +304,10 @@ class _Latest:
     worse: str
 
 
-def _tail_candidate(x: np.ndarray, settings: _Latest) -> tuple[int, int, int, np.ndarray] | None:
+def _tail_candidate(x: np.ndarray, settings: _Latest) -> tuple[int, int, int, np.ndarray, Noise, str] | None:
     """A change of ``x`` in the ``worse`` direction that starts in the tail and clears its threshold: (start of
-    the window, begin of the segment it is tested against, its first point, the window without its spikes).
-    None when there is none (most runs)."""
+    the window, begin of the segment it is tested against, its first point, the window without its spikes, the
+    noise, the rule that found it). None when there is none (most runs)."""
     tail, min_size = settings.tail, settings.min_size
     # even with a calibrated sd, phi comes from the history: on fewer points AR(1) wander passes for a change
     # (it was where most false alarms on AR(1) series came from)
@@ -293,8 +345,12 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> tuple[int, int, int, np
         return None
     # the change starts where it fits best (its largest z), not where it clears its threshold by the most: a
     # longer tail has the lower threshold, and would start a clear 4-point step 2 points early at half its size
-    best = int(tails[inside][np.argmax(z[inside])])
-    return start, start + begin, start + n - best, cleaned
+    k = int(np.argmax(np.where(inside, z, -np.inf)))
+    best = int(tails[k])
+    way = {"up": "up", "down": "down", "both": "either way"}[settings.worse]
+    rule = (f"the last {best} points shifted {way} by z={z[k]:.1f} against the {n - best - begin} before them "
+            f"(needs {math.sqrt(threshold[k]):.1f}; noise sd {noise.sd:.3g}, phi {noise.phi:.2f})")
+    return start, start + begin, start + n - best, cleaned, noise, rule
 
 
 def _shift_z(segment: np.ndarray, tails: np.ndarray, noise: Noise) -> np.ndarray:
@@ -325,36 +381,227 @@ def _shift_z(segment: np.ndarray, tails: np.ndarray, noise: Noise) -> np.ndarray
     return shift / sd
 
 
-def _confirm(
-    x: np.ndarray,
-    cleaned: np.ndarray,
-    ends: list[int],
-    labels: Sequence[str],
-    offset: int,
-    min_magnitude: float,
-    metric: str,
-    unit: str,
-    alpha: float,
-) -> list[ChangePoint]:
-    """Keep the change points whose adjacent segments differ significantly and by at least ``min_magnitude``."""
-    bounds = [0, *ends]  # change point i sits between the segments [bounds[i], bounds[i+1]) and the next one
-    tests = [
-        _compare(x, cleaned, bounds[i], bounds[i + 1], bounds[i + 2], labels, offset, metric, unit)
-        for i in range(len(bounds) - 2)
-    ]
-    # drop the weakest failing change point and re-test its two neighbours only: their segments grow, so they
-    # may pass now, while every other change point keeps its segments and its test (re-testing them all made
-    # a noise-free drift of 500 points, cut into ~160 segments, take 13,000 tests and tens of seconds)
-    while tests:
-        failing = [i for i, c in enumerate(tests) if c.p_value >= alpha or abs(c.magnitude) < min_magnitude]
-        if not failing:
-            return tests
-        worst = max(failing, key=lambda i: (tests[i].p_value, -abs(tests[i].magnitude)))
-        del bounds[worst + 1], tests[worst]
-        for i in (worst - 1, worst):
-            if 0 <= i < len(tests):
-                tests[i] = _compare(x, cleaned, bounds[i], bounds[i + 1], bounds[i + 2], labels, offset, metric, unit)
-    return []
+class _TrendCosts:
+    """The residual sums of squares of a flat and of a straight-line fit of any slice of a series, in O(1) each from
+    prefix sums (the times scaled to [-0.5, 0.5] and the values to [-1, 1], so that the sums stay exact enough)."""
+
+    def __init__(self, x: np.ndarray):
+        n = len(x)
+        t = (np.arange(n) - (n - 1) / 2) / max(n, 1)
+        centre = float(np.median(x))
+        scale = float(np.max(np.abs(x - centre))) if n else 0.0
+        scale = scale or 1.0
+        y = (x - centre) / scale
+        self.scale2 = scale * scale
+
+        def prefix(v: np.ndarray) -> np.ndarray:
+            return np.concatenate([[0.0], np.cumsum(v)])
+
+        self.t, self.tt, self.y, self.ty, self.yy = prefix(t), prefix(t * t), prefix(y), prefix(t * y), prefix(y * y)
+
+    def rss(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flat, linear) residual sums of squares of the slices [start, end), elementwise."""
+        m = (end - start).astype(float)
+        st, stt = self.t[end] - self.t[start], self.tt[end] - self.tt[start]
+        sy, sty, syy = self.y[end] - self.y[start], self.ty[end] - self.ty[start], self.yy[end] - self.yy[start]
+        flat = syy - sy * sy / m
+        sxx = stt - st * st / m
+        sxy = sty - st * sy / m
+        with np.errstate(divide="ignore", invalid="ignore"):
+            explained = np.where(sxx > 0, sxy * sxy / np.where(sxx > 0, sxx, 1.0), 0.0)
+        return np.maximum(flat, 0.0) * self.scale2, np.maximum(flat - explained, 0.0) * self.scale2
+
+
+def _segment_trends(x: np.ndarray, penalty: float, slope_penalty: float, min_size: int) -> list[int]:
+    """PELT over segments that are each flat or a straight line (the line costing ``slope_penalty`` more); returns
+    the end of each segment, the last one being len(x).
+
+    ruptures has the costs (``CostL2``, ``CostLinear``) but solves a least-squares fit per candidate segment in
+    Python, and cannot take the cheaper of two models per segment; with prefix sums each candidate costs O(1), and
+    one vectorised step per point keeps 500 points to about 0.1 s.
+    """
+    n = len(x)
+    costs = _TrendCosts(x)
+    best = np.full(n + 1, np.inf)
+    best[0] = -penalty
+    previous = np.zeros(n + 1, dtype=int)
+    candidates = np.array([0])
+    for end in range(min_size, n + 1):
+        usable = candidates[candidates <= end - min_size]
+        flat, linear = costs.rss(usable, np.full(len(usable), end))
+        total = best[usable] + np.minimum(flat, linear + slope_penalty) + penalty
+        k = int(np.argmin(total))
+        best[end], previous[end] = total[k], usable[k]
+        # PELT's pruning (its constant is 0 here): a start that cannot beat the best now never will
+        waiting = candidates[candidates > end - min_size]
+        candidates = np.concatenate([usable[total - penalty <= best[end]], waiting, [end - min_size + 1]])
+    ends = []
+    end = n
+    while end > 0:
+        ends.append(end)
+        end = int(previous[end])
+    return ends[::-1]
+
+
+class _TrendJudge:
+    """Fits and tests the segments of one series for detect_changes."""
+
+    def __init__(self, x: np.ndarray, variance: float, slope_penalty: float, degree_penalty: float = 0.0):
+        self.x, self.variance, self.slope_penalty, self.degree_penalty = x, variance, slope_penalty, degree_penalty
+        self.costs = _TrendCosts(x)
+
+    def fit(self, start: int, end: int) -> tuple[float, int]:
+        """The penalised residual sum of squares of [start, end), flat or a line, and its parameter count."""
+        flat, linear = (float(v[0]) for v in self.costs.rss(np.array([start]), np.array([end])))
+        return (flat, 1) if flat <= linear + self.slope_penalty else (linear + self.slope_penalty, 2)
+
+    def smooth(self, start: int, end: int) -> float:
+        """The penalised residual sum of squares of one polynomial (a quadratic, a cubic) over [start, end)."""
+        m = end - start
+        best = math.inf
+        t = np.linspace(-1.0, 1.0, m)
+        for degree, points in SMOOTH_MIN_POINTS.items():
+            if m >= points:
+                design = np.vander(t, degree + 1)
+                coef, *_ = np.linalg.lstsq(design, self.x[start:end], rcond=None)
+                residuals = self.x[start:end] - design @ coef
+                best = min(best, float(residuals @ residuals) + degree * self.degree_penalty)
+        return best
+
+    def statistic(self, start: int, cut: int, end: int) -> float:
+        """How much better two segments fit [start, end) than one flat, straight or smooth curve does, in units of
+        the noise variance, or of the two segments' own misfit when that is larger (a smooth curve with next to no
+        noise is cut into lines by any penalty from its noise; its misfit is what it must beat then)."""
+        (before, p1), (after, p2) = self.fit(start, cut), self.fit(cut, end)
+        two = before + after
+        one = min(self.fit(start, end)[0], self.smooth(start, end))
+        misfit = two / max(end - start - p1 - p2, 1)
+        return (one - two) / max(self.variance, misfit)
+
+    def level(self, start: int, end: int, at: int) -> tuple[float, float, bool]:
+        """The fitted level of [start, end) at index ``at``, the sd about the fit, and whether it is a trend."""
+        segment = self.x[start:end]
+        (_, params) = self.fit(start, end)
+        if params == 1 or len(segment) < 3:
+            return float(segment.mean()), float(segment.std(ddof=1)) if len(segment) > 1 else 0.0, False
+        t = np.arange(start, end, dtype=float)
+        slope, intercept = np.polyfit(t, segment, 1)
+        residuals = segment - (slope * t + intercept)
+        return float(slope * at + intercept), float(np.sqrt(residuals @ residuals / (len(segment) - 2))), True
+
+    def describe(self, start: int, cut: int, end: int, labels: Sequence[str], noise: Noise, source: str,
+                 stat: float, beta: float, p_value: float, alpha: float, metric: str, unit: str) -> ChangePoint:
+        """The change at ``cut`` between [start, cut) and [cut, end), with its evidence and its rule."""
+        before, before_sd, before_trend = self.level(start, cut, cut - 1)
+        after, after_sd, after_trend = self.level(cut, end, cut)
+        shift = after - before
+        magnitude = _relative(before, after)
+        word = "level" if before_trend or after_trend else "mean"
+        shapes = f"{'trend' if before_trend else 'flat'} → {'trend' if after_trend else 'flat'}"
+        rule = (
+            f"{shapes} at point {cut} fits {stat:.1f} noise variances better than one "
+            f"{'flat, straight or smooth curve' if end - start >= min(SMOOTH_MIN_POINTS.values()) else 'flat or straight segment'}"
+            f" over points {start}-{end - 1} (needs {beta:.1f}: 2 ln {len(self.x)} + {PENALTY_OFFSET:g}), p={p_value:.1g} < "
+            f"{alpha:g}; noise sd {noise.sd:.3g} ({source}), phi {noise.phi:.2f}; a shift of {shift / noise.sd:+.1f} sd"
+            if noise.sd > 0 else f"{shapes} at point {cut}: the series has no noise"
+        )
+        return ChangePoint(
+            index=cut, label=labels[cut], magnitude=magnitude, before_mean=before, before_sd=before_sd,
+            after_mean=after, after_sd=after_sd, p_value=p_value,
+            evidence=_evidence(metric, unit, labels[cut], word, before, before_sd, after, after_sd, shift, noise.sd,
+                               p_value),
+            shift=shift, noise_sd=noise.sd, rule=rule,
+        )
+
+
+def _relative(before: float, after: float) -> float:
+    """(after - before) / |before|: signed the way the value went, also for negative levels; ±inf from 0."""
+    if before != 0.0:
+        return (after - before) / abs(before)
+    return 0.0 if after == 0.0 else math.copysign(math.inf, after)
+
+
+def _evidence(metric: str, unit: str, label: str, word: str, before: float, before_sd: float, after: float,
+              after_sd: float, shift: float, sd: float, p_value: float) -> str:
+    """One human line: the change in % of the level, or in the metric's unit when the level is near zero (within
+    3 noise sds of it, where a percentage means nothing), then the levels and the p-value."""
+    name = metric or "value"
+    unit_text = f" {unit}" if unit else ""
+    if abs(before) > 3 * sd and before != 0.0:
+        size = f"{_relative(before, after):+.1%}"
+    else:
+        size = f"{shift:+.3g}{unit_text}"
+    return (f"{name} {size} from {label} ({word} {before:.3g}±{before_sd:.2g} → {after:.3g}±{after_sd:.2g}{unit_text}, "
+            f"p={p_value:.1g})")
+
+
+def _trend_noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None,
+                     min_size: int) -> tuple[Noise, str]:
+    """detect_changes' noise and where it came from: the calibrated one when given (phi still from the series once
+    it has MIN_POINTS_FOR_ESTIMATE points), else estimated from the residuals within segments, padded.
+
+    The floor keeps the penalty above the rounding of the fits on a noise-free series: a millionth of its range."""
+    n = len(x)
+    spread = float(np.max(x) - np.min(x))
+    floor = max(1e-9 * abs(float(np.median(x))), 1e-6 * spread, 1e-300)
+    estimate = estimate_trend_noise(x, min_size=min_size)
+    phi = estimate.phi
+    if phi > 1 / math.sqrt(n):
+        # clearly autocorrelated: pad phi against its own uncertainty, as the sd below; a phi that may be 0 is
+        # left alone so that iid noise does not pay for it in power
+        phi = min(phi + PHI_PADDING / math.sqrt(n), MAX_PHI)
+    if noise_sd is not None:
+        return Noise(max(float(noise_sd), floor), phi), "given"
+    if noise_cv is not None:
+        return Noise(max(float(noise_cv) * abs(float(np.median(x))), floor), phi), "given as a CV"
+    # an estimated sd is itself uncertain, the more so on short or autocorrelated histories: pad it
+    effective_points = n * (1 - phi) / (1 + phi)
+    padding = 1 + (SHORT_SD_PADDING / math.sqrt(n) if n < MIN_POINTS_FOR_ESTIMATE else SD_PADDING / math.sqrt(effective_points))
+    return Noise(max(estimate.sd * padding, floor), phi), "estimated"
+
+
+def estimate_trend_noise(values: Sequence[float], *, min_size: int = 3) -> Noise:
+    """The noise of a series that may hold trends and steps: the sd and phi of the residuals about a coarse
+    segmentation into flat and straight segments, so that neither a drift nor the step itself inflates them.
+
+    The first sd comes from first differences about their median (a trend shifts them all alike, a step touches
+    one), and from 50 points on also from lag-5 ones (AR(1) noise hides in first differences). Below
+    MIN_POINTS_FOR_ESTIMATE points phi is 0: a dozen points cannot tell it from a step."""
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    if n < 4:
+        return Noise(0.0, 0.0)
+    sd0 = math.sqrt(_robust_var(np.diff(x)) / 2)
+    if n >= 50:
+        sd0 = max(sd0, math.sqrt(_robust_var(x[5:] - x[:-5]) / 2))
+    if sd0 == 0.0:
+        return Noise(0.0, 0.0)
+    # coarse on long series (it assumes phi = 0.5, variance x3) so that AR(1) wander stays in the residuals for phi
+    # to see; plain on short ones, where a clear step must come out of the residuals
+    coarse = 3.0 if n >= 50 else 1.0
+    penalty = coarse * sd0**2 * (2 * math.log(n) + 4)
+    slope_penalty = sd0**2 * math.log(n)
+    ends = _segment_trends(x, penalty, slope_penalty, max(min_size, 4))
+    judge = _TrendJudge(x, 0.0, slope_penalty)
+    residuals, params = [], 0
+    for start, end in zip([0, *ends[:-1]], ends):
+        segment = x[start:end]
+        if judge.fit(start, end)[1] == 1:
+            residuals.append(segment - np.median(segment))
+            params += 1
+        else:
+            t = np.arange(len(segment), dtype=float)
+            residuals.append(segment - np.polyval(np.polyfit(t, segment, 1), t))
+            params += 2
+    r = np.clip(np.concatenate(residuals), -3 * sd0, 3 * sd0)  # spikes must not look like autocorrelation
+    sd = math.sqrt(_robust_var(r) * n / max(n - params, 1))
+    if n < MIN_POINTS_FOR_ESTIMATE:
+        return Noise(sd, 0.0)
+    centred = r - r.mean()
+    denominator = float(centred @ centred)
+    phi = float(centred[1:] @ centred[:-1] / denominator) if denominator > 0 else 0.0
+    phi = (n * phi + 1) / (n - 3)  # the lag-1 sample autocorrelation is biased low by about (1 + 3 phi) / n
+    return Noise(sd, min(max(phi, 0.0), MAX_PHI))
 
 
 def _compare(
@@ -368,24 +615,20 @@ def _compare(
     metric: str,
     unit: str,
     alternative: str = "two-sided",
+    noise: Noise | None = None,
+    rule: str = "",
 ) -> ChangePoint:
     """Describe the change at ``cut`` between the segments [start, cut) and [cut, end)."""
+    noise_sd = noise.sd if noise is not None else 0.0
     before, after = cleaned[start:cut], cleaned[cut:end]
     # means and sds without the spikes: one must not make a 10% change read as 25%
     before_mean, after_mean = float(before.mean()), float(after.mean())
     before_sd, after_sd = float(before.std(ddof=1)), float(after.std(ddof=1))
-    if before_mean != 0.0:
-        magnitude = after_mean / before_mean - 1
-    else:
-        magnitude = 0.0 if after_mean == 0.0 else math.copysign(math.inf, after_mean)
+    magnitude = _relative(before_mean, after_mean)
     p_value = _mann_whitney(x[start:cut], x[cut:end], alternative)
     label = labels[cut]
-    name = metric or "value"
-    unit_text = f" {unit}" if unit else ""
-    evidence = (
-        f"{name} {magnitude:+.1%} from {label} (mean {before_mean:.3g}±{before_sd:.2g} → "
-        f"{after_mean:.3g}±{after_sd:.2g}{unit_text}, p={p_value:.1g})"
-    )
+    evidence = _evidence(metric, unit, label, "mean", before_mean, before_sd, after_mean, after_sd,
+                         after_mean - before_mean, noise_sd, p_value)
     return ChangePoint(
         index=offset + cut,
         label=label,
@@ -396,6 +639,9 @@ def _compare(
         after_sd=after_sd,
         p_value=p_value,
         evidence=evidence,
+        shift=after_mean - before_mean,
+        noise_sd=noise_sd,
+        rule=f"{rule}, Mann-Whitney p={p_value:.1g}" if rule else "",
     )
 
 
@@ -448,6 +694,19 @@ def _segment(x: np.ndarray, penalty: float, min_size: int) -> list[int]:
 
     algo = ruptures.KernelCPD(kernel="linear", min_size=min_size, jump=1).fit(x.reshape(-1, 1))
     return [int(end) for end in algo.predict(pen=penalty)]
+
+
+def _drop_trend_spikes(x: np.ndarray, sd: float, min_size: int) -> np.ndarray:
+    """_drop_spikes for series with trends: a spike must also stand SPIKE sds off the line through its two
+    neighbours (extrapolated at the ends). A local median lags a steep trend, most at the ends of the series,
+    where it would flatten the last points of a drift into a step of their own."""
+    if len(x) < 2 * min_size + 1:
+        return x
+    cleaned = _drop_spikes(x, sd, min_size)
+    line = np.empty_like(x)
+    line[1:-1] = (x[:-2] + x[2:]) / 2
+    line[0], line[-1] = 2 * x[1] - x[2], 2 * x[-2] - x[-3]
+    return np.where(np.abs(x - line) > SPIKE * sd, cleaned, x)
 
 
 def _drop_spikes(x: np.ndarray, sd: float, min_size: int) -> np.ndarray:
