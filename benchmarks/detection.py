@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/detection.py --noise-cv 0.03  # the same with the noise given, as calibrate would
     .venv/bin/python benchmarks/detection.py --quick          # 30 series per noise kind, prints only
     .venv/bin/python benchmarks/detection.py --quick --seed 999 --checks history --constant LATEST_PENALTY=9.5
+    .venv/bin/python benchmarks/detection.py --real           # real-looking series with annotated changes (F1)
 
 Each series has 200 points (one per target). A point is one run: its 5 raw samples are
 ``level * (1 + step) * (1 + e_i) * (1 + 0.01 z_ij)``, where ``e_i`` is the run-to-run effect drawn from the noise
@@ -19,6 +20,13 @@ Steps of 5% and 10% start at a random index in [20, 180).
   median_i / median_{i-1} > 1.10 and a one-sided Mann-Whitney U on the 5 vs 5 raw samples gives p < 0.05.
 - offline: ``detect_changes`` on each whole series.
 - bound: the best one-sided tail test there is, with the noise known (see bound_alarms).
+
+--real scores ``detect_changes`` (what ``modelci history --changes`` runs) on series that look like real ones, with
+their changes annotated: linear and curved trends with and without a step, seasonal series, 10-30 point histories
+with one step, series around and below zero, AR(1) and outlier noise, a change of slope (see REAL_KINDS). The
+score is the F1 of the TCPD benchmark (van den Burg & Williams, 2020): a change point counts when it lies within
+5 points of an annotated one (each annotated one counts once), and the start of the series counts as a change
+point on both sides, so a series with no change scores 1 when nothing is reported.
 
 A step is found when an alarm saying "slower" is raised at a point t with step <= t <= step + 5; the delay is
 t - step of the first such alarm. False alarms per 1,000 points: every alarm on the A/A series, and on the step
@@ -310,30 +318,180 @@ def offline_table(results: dict[str, dict[str, Tally]]) -> str:
 
 
 def drift_cost() -> str:
-    """How many Mann-Whitney tests (and seconds) detect_changes takes on a noise-free drift of 500 points.
+    """What detect_changes makes of a noise-free drift of 500 points, and how long it takes.
 
-    Its sd is 0 (the floor), so PELT cuts it every few points and nearly every cut fails its test: the count
-    shows whether confirming them stays linear in the cuts (it once re-tested all of them after each drop).
+    Its sd is 0 (the floor): a detector with flat segments only cuts it into a staircase (83 change points before
+    segments could be trends); it must be one trend segment, found in about the time of a noisy series.
     """
-    tests = 0
-    real = history._mann_whitney
-
-    def counted(*args: object) -> float:
-        nonlocal tests
-        tests += 1
-        return real(*args)
-
-    history._mann_whitney = counted
-    try:
-        started = time.perf_counter()
-        changes = history.detect_changes(np.linspace(1.0, 1.5, 500))
-        elapsed = time.perf_counter() - started
-    finally:
-        history._mann_whitney = real
+    started = time.perf_counter()
+    changes = history.detect_changes(np.linspace(1.0, 1.5, 500))
+    elapsed = time.perf_counter() - started
     return (
         f"A noise-free drift of 500 points from 1.0 to 1.5 (`detect_changes`): {len(changes)} change points, "
-        f"{tests} Mann-Whitney tests, {elapsed:.2f} s."
+        f"{elapsed:.2f} s."
     )
+
+
+#: --real: the kinds of series, each a function of (rng) -> (values, annotated change indexes); the noise has sd 1
+REAL_KINDS = (
+    "flat", "linear trend", "curved trend", "exponential growth", "s-curve", "smooth curve, tiny noise",
+    "linear trend + step", "curved trend + step", "seasonal", "seasonal + step", "change of slope",
+    "steps", "steps, AR(1) noise", "steps, outliers", "around zero", "below zero", "10-30 points, one step",
+)
+#: the kinds with no change: every change point on them is false
+PURE_TRENDS = ("linear trend", "curved trend", "exponential growth", "s-curve", "smooth curve, tiny noise")
+MARGIN = 5
+
+
+def _noise(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Noise of sd 1: iid normal, AR(1) with phi 0.5, or normal with 2% outliers of 8-15 sd."""
+    if kind == "ar1":
+        e = np.empty(n)
+        e[0] = rng.standard_normal()
+        for i in range(1, n):
+            e[i] = 0.5 * e[i - 1] + math.sqrt(0.75) * rng.standard_normal()
+        return e
+    e = rng.standard_normal(n)
+    if kind == "outliers":
+        spikes = rng.random(n) < 0.02
+        e[spikes] += rng.uniform(8, 15, int(spikes.sum()))
+    return e
+
+
+def _steps(n: int, count: int, rng: np.random.Generator, gap: int = 15) -> list[int]:
+    """``count`` change indexes at least ``gap`` points from each other and from the ends."""
+    found: list[int] = []
+    while len(found) < count:
+        at = int(rng.integers(gap, n - gap))
+        if all(abs(at - other) > gap for other in found):
+            found.append(at)
+    return sorted(found)
+
+
+def real_series(kind: str, rng: np.random.Generator) -> tuple[np.ndarray, list[int]]:
+    """One series of a REAL_KINDS kind, 60-400 points (10-30 for the short ones), and its annotated changes.
+    Steps are 3-6 noise sds, either way."""
+    n = int(rng.integers(60, 400))
+    t = np.arange(n, dtype=float)
+    sign = float(rng.choice([-1.0, 1.0]))
+    changes: list[int] = []
+    if kind == "flat":
+        y = 10 + _noise("iid", n, rng)
+    elif kind == "linear trend":
+        y = 5 + rng.uniform(-20, 20) * t / n + _noise("iid", n, rng)
+    elif kind == "curved trend":
+        y = sign * 30 * (t / n - rng.uniform(0.2, 0.8)) ** 2 + _noise("iid", n, rng)
+    elif kind == "exponential growth":
+        y = 5 * np.exp(3 * t / n) + _noise("iid", n, rng)
+    elif kind == "s-curve":
+        y = 20 / (1 + np.exp(-(t - n / 2) / (n / 10))) + _noise("iid", n, rng)
+    elif kind == "smooth curve, tiny noise":  # a population curve: a million, and noise of one
+        y = 1e6 + 1e6 / (1 + np.exp(-(t - n / 2) / (n / 6))) + _noise("iid", n, rng)
+    elif kind in ("linear trend + step", "curved trend + step", "seasonal + step"):
+        base = {"linear trend + step": 10 * t / n, "curved trend + step": 15 * (t / n - 0.5) ** 2,
+                "seasonal + step": 3 * np.sin(2 * np.pi * t / int(rng.integers(7, 30)))}[kind]
+        changes = _steps(n, 1, rng)
+        y = base + _noise("iid", n, rng)
+        y[changes[0]:] += sign * rng.uniform(3, 6)
+    elif kind == "seasonal":
+        y = 3 * np.sin(2 * np.pi * t / int(rng.integers(7, 30))) + _noise("iid", n, rng)
+    elif kind == "change of slope":
+        changes = _steps(n, 1, rng, gap=20)
+        before, after = rng.uniform(-0.05, 0.05), sign * rng.uniform(0.1, 0.2)
+        y = np.where(t < changes[0], before * t, before * changes[0] + after * (t - changes[0])) + _noise("iid", n, rng)
+    elif kind in ("steps", "steps, AR(1) noise", "steps, outliers", "around zero", "below zero"):
+        noise = {"steps, AR(1) noise": "ar1", "steps, outliers": "outliers"}.get(kind, "iid")
+        level = {"around zero": 0.0, "below zero": -50.0}.get(kind, 20.0)
+        changes = _steps(n, int(rng.integers(1, 4)), rng)
+        y = level + _noise(noise, n, rng)
+        for at in changes:
+            y[at:] += float(rng.choice([-1.0, 1.0])) * rng.uniform(3, 6)
+    elif kind == "10-30 points, one step":
+        n = int(rng.integers(10, 31))
+        changes = [int(rng.integers(4, n - 3))]
+        y = 100 + _noise("iid", n, rng)
+        y[changes[0]:] += sign * 3
+    else:
+        raise ValueError(kind)
+    return y, changes
+
+
+def f1_score(annotated: list[int], found: list[int], margin: int = MARGIN) -> float:
+    """The F1 of the TCPD benchmark for one annotation: the series start counts as a change point on both sides,
+    a found one is a true positive when an annotated one not yet matched lies within ``margin`` points."""
+    truth, predicted = sorted({0, *annotated}), sorted({0, *found})
+    matched: set[int] = set()
+    hits = 0
+    for point in predicted:
+        near = [t for t in truth if t not in matched and abs(t - point) <= margin]
+        if near:
+            matched.add(min(near, key=lambda t: abs(t - point)))
+            hits += 1
+    precision, recall = hits / len(predicted), hits / len(truth)
+    return 2 * precision * recall / (precision + recall) if hits else 0.0
+
+
+def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int]]) -> tuple[str, dict[str, float]]:
+    """detect_changes (and reporting nothing) on one real-looking series."""
+    kind, seed, constants = job
+    for name, value in constants.items():
+        setattr(history, name, value)
+    rng = np.random.default_rng(seed)
+    values, changes = real_series(kind, rng)
+    started = time.perf_counter()
+    found = [c.index for c in history.detect_changes(values)]
+    elapsed = time.perf_counter() - started
+    located = sum(any(abs(f - c) <= MARGIN for f in found) for c in changes)
+    false = sum(not any(abs(f - c) <= MARGIN for c in changes) for f in found)
+    return kind, {"f1": f1_score(changes, found), "f1_none": f1_score(changes, []), "found": len(found),
+                  "false": false, "changes": len(changes), "located": located, "seconds": elapsed}
+
+
+def short_steps(series: int, seed: int) -> str:
+    """A 3-sigma step in a 20-point series (at points 5-15, either way) and flat 20-point series."""
+    rng = np.random.default_rng(seed)
+    found = false = 0
+    for _ in range(series):
+        values = 100 + rng.standard_normal(20)
+        at = int(rng.integers(5, 16))
+        values[at:] += 3 * rng.choice([-1.0, 1.0])
+        found += any(abs(c.index - at) <= LOCATED_WITHIN for c in history.detect_changes(values))
+        false += bool(history.detect_changes(100 + rng.standard_normal(20)))
+    return (f"A 3-sigma step in a 20-point series (at points 5-15, either way; {series} series): found within "
+            f"±{LOCATED_WITHIN} points in {100 * found / series:.0f}%; flat 20-point series with a change point: "
+            f"{100 * false / series:.1f}%.")
+
+
+def run_real(series: int, workers: int, constants: dict[str, float | int], seed: int) -> str:
+    """The --real table: per kind, the mean F1 of detect_changes and of reporting nothing, the change points per
+    series (false ones: farther than MARGIN from every annotated change), the annotated changes located."""
+    seeds = np.random.SeedSequence(seed).spawn(len(REAL_KINDS) * series)
+    jobs = [(kind, seeds[k * series + i], constants) for k, kind in enumerate(REAL_KINDS) for i in range(series)]
+    rows: dict[str, list[dict[str, float]]] = {kind: [] for kind in REAL_KINDS}
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for kind, row in pool.map(evaluate_real, jobs, chunksize=4):
+            rows[kind].append(row)
+    lines = [
+        "| series | F1 | F1 reporting nothing | change points per series | false ones per series "
+        "| annotated changes located ±5 pts |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind in REAL_KINDS:
+        r = rows[kind]
+        changes = sum(x["changes"] for x in r)
+        located = f"{100 * sum(x['located'] for x in r) / changes:.0f}%" if changes else "–"
+        lines.append(f"| {kind} | {np.mean([x['f1'] for x in r]):.3f} | {np.mean([x['f1_none'] for x in r]):.3f} | "
+                     f"{np.mean([x['found'] for x in r]):.2f} | {np.mean([x['false'] for x in r]):.2f} | {located} |")
+    every = [x for kind in REAL_KINDS for x in rows[kind]]
+    lines.append(f"| **all** | **{np.mean([x['f1'] for x in every]):.3f}** | {np.mean([x['f1_none'] for x in every]):.3f} "
+                 f"| {np.mean([x['found'] for x in every]):.2f} | {np.mean([x['false'] for x in every]):.2f} | "
+                 f"{100 * sum(x['located'] for x in every) / sum(x['changes'] for x in every):.0f}% |")
+    trends = [x["false"] for kind in PURE_TRENDS for x in rows[kind]]
+    seconds = sorted(x["seconds"] for x in every)
+    lines += ["", f"False change points on a pure trend ({', '.join(PURE_TRENDS)}): {np.mean(trends):.2f} per series, "
+              f"at most {max(trends)}; median time per series {1e3 * seconds[len(seconds) // 2]:.0f} ms, slowest "
+              f"{1e3 * seconds[-1]:.0f} ms.", "", short_steps(10 * series, seed)]
+    return "\n".join(lines)
 
 
 def write_doc(text: str, block: str) -> None:
@@ -349,8 +507,12 @@ def write_doc(text: str, block: str) -> None:
 #: the constants of modelci.checks.history that --constant may set, to calibrate them
 TUNABLE = (
     "LATEST_PENALTY", "SHORT_TAIL", "BOTH_WAYS", "PHI_PENALTY", "SEGMENT_PENALTY", "LOOKBACK", "RELOCATE",
-    "LATEST_SD_PADDING", "PENALTY_OFFSET", "SD_PADDING", "PHI_PADDING",
+    "LATEST_SD_PADDING", "PENALTY_OFFSET", "SD_PADDING", "PHI_PADDING", "SLOPE_PENALTY", "DEGREE_PENALTY",
+    "MIN_PENALTY", "SHORT_SD_PADDING",
 )
+#: the constants detect_changes uses (the --real header names them)
+REAL_CONSTANTS = ("PENALTY_OFFSET", "SD_PADDING", "PHI_PADDING", "SLOPE_PENALTY", "DEGREE_PENALTY", "MIN_PENALTY",
+                  "SHORT_SD_PADDING")
 
 
 def constant(text: str) -> tuple[str, float | int]:
@@ -376,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)}")
     parser.add_argument("--bound-penalty", type=float, default=10.0,
                         help="the known-noise bound's z**2 threshold at 6 points (10: about the check's false alarms)")
+    parser.add_argument("--real", action="store_true",
+                        help="score detect_changes on real-looking annotated series (F1) instead; writes its own block")
     parser.add_argument("--constant", type=constant, action="append", default=[], metavar="NAME=VALUE",
                         help=f"set a constant of the history check, to calibrate it ({', '.join(TUNABLE)})")
     args = parser.parse_args(argv)
@@ -384,6 +548,21 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown check(s) {', '.join(unknown)}: pick from {', '.join(CHECKS)}")
     constants = {name: getattr(history, name) for name in TUNABLE} | dict(args.constant)
+    if args.real:
+        series = args.series or (10 if args.quick else 40)
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        table_text = run_real(series, args.workers, constants, args.seed)
+        command = "python benchmarks/detection.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        text = (f"Measured {datetime.date.today().isoformat()} on {platform.machine()} {platform.system()} "
+                f"({os.cpu_count()} cores, load average {load:.1f} at the start), {args.workers} worker processes: "
+                f"{time.perf_counter() - started:.0f} s. `{command.strip()}` ({series} series per kind, seed "
+                f"{args.seed}; " + ", ".join(f"{name} {value:g}" for name, value in constants.items()
+                                             if name in REAL_CONSTANTS) + f").\n\n{table_text}")
+        print(text)
+        if not args.quick or args.write:
+            write_doc(text, "figures-real")
+        return 0
     series = args.series or (30 if args.quick else 200)
     load = os.getloadavg()[0]
     started = time.perf_counter()
