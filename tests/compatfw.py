@@ -135,7 +135,8 @@ class _Base(modelci.Workload):
 
 
 class Stable(_Base):
-    formats = ("json", "folder")
+    # declared safe: plain JSON; the other workloads leave their formats undeclared, so they count as unsafe
+    formats = (modelci.Format("json", unsafe=False), modelci.Format("folder", unsafe=False))
 
 
 class Renamed(_Base):

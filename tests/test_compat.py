@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from compatfw import write_project
 
-from modelci import compat, workflow
+from modelci import compat, targets, workflow
 from modelci import config as config_module
 from modelci.errors import UserError
 from modelci.execute import forked
@@ -107,6 +107,9 @@ def test_reports_name_every_cell_and_problem(project, tmp_path):
     assert report["summary"] == {"ok": 3, "load_failed": 1, "outputs_differ": 1, "unsupported": 1, "missing": 1}
     text = (tmp_path / "compat.md").read_text()
     assert "## compatsuite/Numerics" in text and "**outputs_differ**" in text and "KeyError" in text
+    # the workloads' own formats execute code on load unless declared safe, as Stable's are
+    unsafe = {(e["workload"], e["format"]): e["executes_code_on_load"] for e in report["entries"]}
+    assert unsafe["compatsuite/Renamed", "json"] is True and unsafe["compatsuite/Stable", "json"] is False
 
 
 def test_a_build_loads_its_own_models(project):
@@ -140,6 +143,9 @@ def test_manifests_record_producer_bytes_inputs_outputs_and_store_them_once(proj
     assert json.loads(data).keys() == {"w", "b"} and stable["size"] == len(data) and stable["layout"] == "file"
     assert stable["producer"]["name"] == "compatfw" and stable["producer"]["wheel_sha256"]
     assert stable["seed"] == 0 and stable["fingerprint"] and stable["recorded_at"] and not stable["unsafe"]
+    # a format the workload saves itself is unsafe unless declared otherwise: its loader may unpickle
+    renamed = next(m for m in v1 if m["workload"] == "compatsuite/Renamed")
+    assert renamed["unsafe"] is True
     result = next(r for r in project["first"].results if r.workload == "compatsuite/Stable")
     assert stable["result_id"] == result.id
     assert (store.artifacts.get_array(stable["outputs"]["y"]["sha256"]) == result.outputs["y"]).all()
@@ -358,10 +364,29 @@ def test_jobs_run_in_a_fork_of_the_runs_worker_when_the_seed_matches_and_spawn_o
     assert got[1]["ppid"] != worker and got[1]["hashseed"] == 8
 
 
-def test_version_filter():
-    assert str(compat.version_filter(None, "2.0")) == "<2.0"
-    assert compat.version_filter("1.2", "2.0").contains("1.5") and not compat.version_filter("1.2", "2.0").contains("1.1")
-    assert compat.version_filter("==2.0", "2.0").contains("2.0")
+def test_producers_are_taken_by_history_and_from():
+    """Without --from: every older build; a bare version: that and later, still older; a specifier set: exactly
+    its versions; a target spec: that one build. Local labels (`V+g<sha>`) never make an invalid specifier."""
+    def build(version, **more):
+        return {"kind": "requirement", "name": "fakefw", "version": version, "label": f"fakefw=={version}", **more}
+
+    target = targets.Target(spec="fakefw==2.0", kind="requirement", name="fakefw", version="2.0")
+    every = compat.Producers(None, target, "/nonexistent-cache")
+    assert [every.takes(build(v)) for v in ("1.0", "1.5", "2.0", "2.1")] == [True, True, False, False]
+    since = compat.Producers("1.2", target, "/nonexistent-cache")
+    assert [since.takes(build(v)) for v in ("1.0", "1.5", "2.0")] == [False, True, False]
+    exact = compat.Producers("==2.0", target, "/nonexistent-cache")
+    assert [exact.takes(build(v)) for v in ("1.5", "2.0")] == [False, True]
+    one = compat.Producers("fakefw==1.0", target, "/nonexistent-cache")
+    assert [one.takes(build(v)) for v in ("1.0", "1.5")] == [True, False]
+    # a commit built with pythonpath: `<1.0+g...` is not a valid specifier, and --from was not given
+    local = targets.Target(spec="git+/r@x", kind="git", name="fakefw", version="1.0+gabcdef123456", commit="ab" * 20)
+    older = compat.Producers(None, local, "/nonexistent-cache")
+    assert older.takes(build("0.9")) and not older.takes(build("1.1"))
+    # same public version, other local label, and no repository to ask: history cannot tell, so not taken
+    assert not older.takes(build("1.0+g0123456789ab", commit="cd" * 20))
+    with pytest.raises(UserError, match="--from 'not a version!'"):
+        compat.Producers("not a version!", target, "/nonexistent-cache")
 
 
 # -- real torch --------------------------------------------------------------------------------------

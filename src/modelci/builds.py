@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import zipfile
 from dataclasses import dataclass
@@ -31,13 +30,10 @@ from typing import Any, Callable
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from modelci import projectmeta
 from modelci.errors import UserError
 from modelci.gitrepo import GitRepo
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from modelci.projectmeta import PROJECT_FILES
 
 #: bump when the layout of a build folder changes: old builds are then built again
 BUILD_SCHEMA = 1
@@ -151,13 +147,13 @@ def _build(target: Any, folder: Path, plan: BuildPlan, cache_dir: Path | str, py
     try:
         checkout = GitRepo(target.repo, cache_dir).worktree(target.commit)
         project = checkout / plan.subdirectory if plan.subdirectory else checkout
-        if not (project / "pyproject.toml").is_file() and plan.strategy != "command":
+        if not any((project / name).is_file() for name in PROJECT_FILES) and plan.strategy != "command":
             raise BuildError(f"{label} did not build: it has no "
-                             f"{plan.subdirectory + '/' if plan.subdirectory else ''}pyproject.toml; pass the "
-                             "project folder with #subdirectory= or build it with --build CMD")
+                             f"{plan.subdirectory + '/' if plan.subdirectory else ''}pyproject.toml, setup.cfg or "
+                             "setup.py; pass the project folder with #subdirectory= or build it with --build CMD")
         log(f"building {label} ({plan.text})")
         if plan.strategy == "pythonpath":
-            wheel = _pythonpath_wheel(project, plan, target.commit, tmp, label)
+            wheel = _pythonpath_wheel(project, plan, target.commit, tmp, label, python)
         else:
             wheel = _build_wheel(project, plan, target, tmp, cache_dir, python, index, label)
         done = {"schema": BUILD_SCHEMA, "commit": target.commit, "plan": plan.text, "wheel": wheel.name,
@@ -230,21 +226,25 @@ def _index_args(index: Any) -> list[str]:
     return args
 
 
-def _pythonpath_wheel(project: Path, plan: BuildPlan, sha: str, tmp: Path, label: str) -> Path:
-    """A wheel holding only metadata and a `.pth` file that puts the checkout (or a folder of it) on the path."""
+def _pythonpath_wheel(project: Path, plan: BuildPlan, sha: str, tmp: Path, label: str, python: str) -> Path:
+    """A wheel holding only metadata and a `.pth` file that puts the checkout (or a folder of it) on the path.
+
+    Its name is the project's own (`projectmeta`), so every commit of one project pairs up in compat, baselines
+    and bisect; a project whose metadata names no package does not build, with the reason."""
     try:
-        meta = tomllib.loads((project / "pyproject.toml").read_text()).get("project", {})
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise BuildError(f"{label} did not build: pyproject.toml is not valid TOML ({exc})", str(exc)) from None
-    name = str(meta.get("name") or project.name)
+        meta = projectmeta.of_checkout(project, python)
+    except projectmeta.MetadataError as exc:
+        raise BuildError(f"{label} did not build: {exc}; give the package a name in pyproject.toml "
+                         "([project] name) or setup.cfg, or build it with --build wheel", str(exc)) from None
+    name = str(meta.name)
     try:
-        version = Version(str(meta.get("version", "0"))).public
+        version = Version(str(meta.version or "0")).public
     except InvalidVersion:
         version = "0"
     root = (project / plan.path) if plan.path else (project / "src" if (project / "src").is_dir() else project)
     if not root.is_dir():
         raise BuildError(f"{label} did not build: the pythonpath folder {plan.path!r} is not in the checkout")
-    dependencies = [str(d) for d in meta.get("dependencies", []) if isinstance(d, str)]
+    dependencies = list(meta.dependencies)
     dist = canonicalize_name(name).replace("-", "_")
     files = {f"_modelci_checkout_{dist}.pth": f"{root.resolve()}\n"}
     return write_wheel(tmp, name, f"{version}+g{sha[:12]}", files, dependencies)

@@ -101,8 +101,13 @@ def target_dict(target: Any) -> dict[str, Any]:
     """The fields of a target that a manifest or an entry keeps; `spec` is what installs it again (a wheel's
     absolute path), for `--direction forward`."""
     spec = target.requirements[0] if target.kind == "wheel" and target.requirements else target.spec
+    more = {}
+    if target.kind == "git" and target.commit and target.repo:
+        # the commit itself, not the ref asked for: a branch moves, and `forward` must install this very build
+        spec = targets.git_spec(target.repo, target.commit, target.build or None, target.subdirectory or None)
+        more = {"repo": target.repo, "commit_date": target.commit_date or ""}
     return {"kind": target.kind, "name": target.name, "version": target.version or "", "commit": target.commit or "",
-            "wheel_sha256": target.wheel_sha256 or "", "spec": spec, "label": target.label}
+            "wheel_sha256": target.wheel_sha256 or "", "spec": spec, "label": target.label, **more}
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -307,30 +312,114 @@ def _failed(job: dict[str, Any], reason: str, stderr: str, out: Path) -> dict[st
 # -- selecting what to check ----------------------------------------------------------------------
 
 
-def version_filter(from_spec: str | None, target_version: str) -> SpecifierSet:
-    """The producer versions to check: by default those older than the target.
+class Producers:
+    """Which producer builds a check takes, from `--from` and the history (`lineage`).
 
-    `--from 1.2` (a bare version) means 1.2 and later, still older than the target; anything else is a
-    specifier set taken as it is (`==2.13.0` checks a build against models saved by its own version).
+    - nothing: every build older than the target (the commit graph for commits of the target's repository,
+      version order otherwise);
+    - a version (`1.2`): that version and later ones, still older than the target;
+    - a specifier set (`>=1.2,<2`, `==2.13.0`): exactly the versions it contains, older or not, so a build can
+      check the models saved by its own version;
+    - a ref of the target's repository (`v2.3`, a sha, `HEAD~5`) or a target spec (`git+URL@REF`, a wheel path,
+      `fakefw==1.1`): the models saved by that one build.
     """
-    text = (from_spec or "").strip()
-    try:
-        if not text:
-            return SpecifierSet(f"<{target_version}")
+
+    def __init__(self, from_spec: str | None, target: Any, cache_dir: Path | str):
+        from modelci.lineage import Lineage
+
+        self.text = (from_spec or "").strip()
+        self.target = target_dict(target)
+        self.lineage = Lineage(cache_dir)
+        self.minimum: Version | None = None
+        self.specifier: SpecifierSet | None = None
+        self.build: dict[str, Any] | None = None
+        if self.text:
+            self._parse(target, cache_dir)
+
+    def _parse(self, target: Any, cache_dir: Path | str) -> None:
+        text = self.text
+        if target.kind == "git" and not _looks_like_specifier(text):
+            sha = _ref_in(target, text, cache_dir)
+            if sha is not None:
+                self.build = {"commit": sha}
+                return
         try:
-            return SpecifierSet(f">={Version(text)},<{target_version}")
+            self.minimum = Version(text)
+            return
         except InvalidVersion:
-            return SpecifierSet(text)
-    except InvalidSpecifier:
-        raise UserError(f"--from {from_spec!r} is neither a version (1.2) nor a version specifier (>=1.2,<2, "
-                        "==2.13.0)") from None
+            pass
+        try:
+            self.specifier = SpecifierSet(text)
+            return
+        except InvalidSpecifier:
+            pass
+        refs = " a ref of the target's repository (v2.3, a sha)," if target.kind == "git" else ""
+        try:
+            other = targets.resolve(text, cache_dir=cache_dir)
+            if other.kind == "requirement" and not other.version:
+                raise UserError("a requirement names one build only with ==VERSION")
+        except UserError as exc:
+            raise UserError(f"--from {text!r} is neither a version (1.2), a version specifier (>=1.2,<2, "
+                            f"==2.13.0),{refs} nor a target spec of one build (git+URL@REF, a wheel path, "
+                            f"name==1.2): {exc}") from None
+        if other.kind == "current":
+            raise UserError("--from current: the running interpreter saves no models; name a version or a build")
+        if other.kind == "git":
+            self.build = {"commit": other.commit}
+        elif other.kind == "wheel":
+            self.build = {"wheel_sha256": other.wheel_sha256}
+        else:
+            self.build = {"name": other.name, **({"version": other.version} if other.version else {})}
+
+    def describe(self) -> str:
+        """The selection in words, for messages."""
+        if self.build is not None:
+            return f"build {self.text}"
+        if self.specifier is not None:
+            return f"versions {self.specifier}"
+        since = f"versions {self.minimum} and later, " if self.minimum is not None else "builds "
+        return f"{since}older than {self.target['label']}"
+
+    def takes(self, producer: dict[str, Any]) -> bool:
+        """Whether the models of this producer build are checked."""
+        if self.build is not None:
+            return all(str(producer.get(k) or "") == str(v or "") for k, v in self.build.items())
+        version = lineage_version(producer)
+        if self.specifier is not None:
+            return version is not None and self.specifier.contains(version, prereleases=True)
+        if self.minimum is not None and (version is None or version < self.minimum):
+            return False
+        return self.lineage.older(producer, self.target)
+
+    @staticmethod
+    def sort_key(producer: dict[str, Any]) -> tuple:
+        """Oldest first: the order of the report's rows."""
+        from modelci.lineage import sort_key
+
+        return sort_key(producer)
 
 
-def _in(spec: SpecifierSet, version: str) -> bool:
+def lineage_version(build: dict[str, Any]) -> Version | None:
+    """A build's version (None when not PEP 440)."""
+    from modelci.lineage import version_of
+
+    return version_of(build)
+
+
+def _looks_like_specifier(text: str) -> bool:
+    return text[:1] in "<>=!~" or "," in text
+
+
+def _ref_in(target: Any, text: str, cache_dir: Path | str) -> str | None:
+    """The sha `text` names in the target's repository, or None when it names no ref there."""
+    from modelci.gitrepo import GitRepo
+
+    if text.startswith("git+") or text.endswith(".whl"):
+        return None
     try:
-        return spec.contains(Version(version), prereleases=True)
-    except InvalidVersion:
-        return False
+        return GitRepo(target.repo, cache_dir).resolve(text)
+    except UserError:
+        return None
 
 
 def _same_build(producer: dict[str, Any], target: dict[str, Any]) -> bool:
@@ -357,11 +446,9 @@ def latest(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _order(manifest: dict[str, Any]) -> tuple:
-    try:
-        version: Any = (0, Version(manifest["producer"].get("version") or "0"))
-    except InvalidVersion:
-        version = (1, manifest["producer"].get("version"))
-    return manifest["workload"], manifest["format"], version, manifest["producer"].get("label", "")
+    from modelci.lineage import sort_key
+
+    return manifest["workload"], manifest["format"], sort_key(manifest["producer"])
 
 
 def describe_store(manifests: list[dict[str, Any]]) -> str:
@@ -400,21 +487,23 @@ def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | 
     progress.note(f"target {target.spec}: preparing the environment")
     env = workflow.environment_for(config, target, log=progress.note)
     consumer = target_dict(target)
-    spec = version_filter(from_spec, target.version or "0")
+    producers = Producers(from_spec, target, config.cache_dir)
     ours = [m for m in manifests if m["producer"].get("name") == target.name and _selected(m, suites, pattern)]
     plan: list[tuple[dict[str, Any], Any, list[dict[str, Any]], str]] = []
     if direction in ("backward", "both"):
-        chosen = latest([m for m in ours if _in(spec, m["producer"].get("version", ""))])
+        chosen = latest([m for m in ours if producers.takes(m["producer"])])
         if chosen:
             plan.append((consumer, env, chosen, "backward"))
     own: list[dict[str, Any]] = []
     if direction in ("forward", "both"):
         own = latest([m for m in ours if _same_build(m["producer"], consumer)])
         others = {m["producer"]["label"]: m["producer"] for m in latest(ours)
-                  if _in(spec, m["producer"].get("version", "")) and not _same_build(m["producer"], consumer)}
-        plan += [(producer, None, own, "forward") for _, producer in sorted(others.items())] if own else []
+                  if producers.takes(m["producer"]) and not _same_build(m["producer"], consumer)}
+        ordered = sorted(others.values(), key=producers.sort_key)
+        plan += [(producer, None, own, "forward") for producer in ordered] if own else []
     if not plan and not problems:
-        raise UserError(_nothing_message(store, target, manifests, direction, spec, suites, pattern, bool(own)))
+        raise UserError(_nothing_message(store, target, manifests, direction, producers, suites, pattern,
+                                         bool(own)))
     return check_stored(config, store, target, plan, problems, suites, direction, progress)
 
 
@@ -447,15 +536,15 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
     return outcome
 
 
-def _nothing_message(store: Any, target: Any, manifests: list[dict[str, Any]], direction: str, spec: SpecifierSet,
-                     suites: dict[str, Path], pattern: str | None, has_own: bool) -> str:
+def _nothing_message(store: Any, target: Any, manifests: list[dict[str, Any]], direction: str,
+                     producers: Producers, suites: dict[str, Path], pattern: str | None, has_own: bool) -> str:
     """Why nothing was selected, what the store holds, and what to do."""
     if direction == "forward" and has_own:
-        what = f"builds of {target.name} (versions {spec}) to load the models of {target.label} in"
+        what = f"builds of {target.name} ({producers.describe()}) to load the models of {target.label} in"
     elif direction == "forward":
         what = f"models saved by {target.label}"
     else:
-        what = f"models saved by {target.name} versions {spec}"
+        what = f"models saved by {target.name} {producers.describe()}"
     selection = f"suites {', '.join(suites)}" + (f", -k {pattern!r}" if pattern else "")
     return (f"compat found no stored {what} for {selection} in the artifact store {store.artifacts.root} (it holds: "
             f"{describe_store(manifests)}). Nothing was checked, so this is not a pass: run `modelci run --target "

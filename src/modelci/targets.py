@@ -8,6 +8,7 @@ actually got installed: name, version, and the wheel's sha256 or the commit wher
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -138,21 +139,19 @@ def _git_target(text: str, cache_dir: str | Path | None) -> Target:
     sha = repo.resolve(ref)
     commit = repo.commit(sha)
     subdirectory = options.get("subdirectory", "").strip("/")
-    name = _project_name(repo.show(sha, f"{subdirectory}/pyproject.toml" if subdirectory else "pyproject.toml"))
+    name = _project_name(lambda file: repo.show(sha, f"{subdirectory}/{file}" if subdirectory else file))
     name = name or urlsplit(repo.url).path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "project"
     return Target(spec=text, kind="git", name=canonicalize_name(name), commit=sha, commit_date=commit.date,
                   subject=commit.subject, author=commit.author, repo=repo.url, ref=ref,
                   build=options.get("build", ""), subdirectory=subdirectory)
 
 
-def _project_name(pyproject: str | None) -> str | None:
-    """[project] name from a pyproject.toml text; None when absent or unparsable (the build will say why)."""
-    if pyproject is None:
-        return None
-    import tomllib
+def _project_name(read: Callable[[str], str | None]) -> str | None:
+    """The package name the commit's metadata gives without running anything (pyproject.toml, setup.cfg); None
+    when it needs setup.py or is unreadable: the build finds it then and renames the target (builds.prepare)."""
+    from modelci import projectmeta
 
     try:
-        name = tomllib.loads(pyproject).get("project", {}).get("name")
-    except (tomllib.TOMLDecodeError, AttributeError):
+        return projectmeta.static(read).name
+    except projectmeta.MetadataError:
         return None
-    return name if isinstance(name, str) and name else None

@@ -39,6 +39,27 @@ class Context:
         self.metrics.setdefault(name, []).append(float(value))
 
 
+class Format(str):
+    """A save format named in `Workload.formats`, with whether loading it can execute code.
+
+    A plain string is a format too. A format the workload saves and loads itself with its own `save`/`load` is
+    counted as executing code on load unless it is declared here with `unsafe=False`: a custom loader may
+    unpickle, and modelci cannot tell. A format the framework helper saves takes the helper's word.
+
+        formats = ("state_dict", modelci.Format("npz_weights", unsafe=False))
+    """
+
+    unsafe: bool | None
+
+    def __new__(cls, name: str, unsafe: bool | None = None) -> Format:
+        self = super().__new__(cls, name)
+        self.unsafe = unsafe
+        return self
+
+    def __reduce__(self) -> tuple:
+        return Format, (str(self), self.unsafe)
+
+
 class Workload:
     """Base class of one model in a suite. Subclasses set the class attributes and write the phases."""
 
@@ -49,7 +70,8 @@ class Workload:
     requires: ClassVar[list[str]] = []
     #: training steps that are recorded
     steps: ClassVar[int] = 10
-    #: save formats checked for backward compatibility
+    #: save formats checked for backward compatibility (names, or `Format(name, unsafe=...)`): the workload's
+    #: own `save`/`load` when it writes them, else the framework helper's
     formats: ClassVar[tuple[str, ...]] = ()
     #: number of cooperating processes (torch.distributed); rank 0 reports
     devices: ClassVar[int] = 1
@@ -77,6 +99,17 @@ class Workload:
     def load(self, ctx: Context, fmt: str, path: Path) -> Any:
         """Load a model saved in `fmt` and make `infer` use it; returns the loaded model."""
         raise NotImplementedError
+
+    @classmethod
+    def format_unsafe(cls, fmt: str, helper_unsafe: tuple[str, ...] = ()) -> bool:
+        """Whether loading `fmt` can execute code: the format's declared flag; else, for a format the workload
+        saves or loads itself, True (unknown means unsafe); else whether the helper lists it as unsafe."""
+        declared = next((f.unsafe for f in cls.formats if isinstance(f, Format) and f == fmt), None)
+        if declared is not None:
+            return bool(declared)
+        if cls.save is not Workload.save or cls.load is not Workload.load:
+            return True
+        return fmt in helper_unsafe
 
     @classmethod
     def workload_name(cls) -> str:

@@ -451,12 +451,28 @@ def run_phases(workload: Workload, cls: type[Workload], ctx: Context, helper: An
         rec.data["saved"].append(save_format(workload, cls, ctx, helper, fmt, rec.out / "saved"))
 
 
+def format_reason(workload: Workload, cls: type[Workload], helper: Any, fmt: str, method: str) -> str | None:
+    """Why `fmt` cannot be saved (`method` "save") or loaded ("load") here, or None.
+
+    The workload's own `save`/`load` win over the helper for any format name: a workload that writes the method
+    is asked alone (its optional `supports(fmt)`), and the helper only supplies formats to workloads that do
+    not write it. A workload's `supports` may also narrow the helper's formats.
+    """
+    own = callable(getattr(workload, "supports", None))
+    if overrides(cls, method):
+        return workload.supports(fmt) if own else None
+    reason = helper.supports(fmt)
+    if reason:
+        return f"{reason} (and the workload has no `{method}` of its own)"
+    return workload.supports(fmt) if own else None
+
+
 def save_format(workload: Workload, cls: type[Workload], ctx: Context, helper: Any, fmt: str, folder: Path) -> dict:
     """Save the model in one format; a format this version lacks is `skipped` with the reason."""
     folder.mkdir(parents=True, exist_ok=True)
-    reason = helper.supports(fmt)
+    reason = format_reason(workload, cls, helper, fmt, "save")
     if reason:
-        return {"format": fmt, "status": "skipped", "reason": reason}
+        return {"format": fmt, "status": "skipped", "reason": str(reason)}
     path = folder / fmt
     try:
         (workload.save if overrides(cls, "save") else lambda c, f, p: helper.save(workload, c, f, p))(ctx, fmt, path)
@@ -465,7 +481,8 @@ def save_format(workload: Workload, cls: type[Workload], ctx: Context, helper: A
     missing = nothing_saved(path)
     if missing:
         return {"format": fmt, "status": "failed", "reason": missing}
-    return {"format": fmt, "status": "ok", "path": str(path.relative_to(folder.parent)), "unsafe": fmt in helper.unsafe_formats}
+    return {"format": fmt, "status": "ok", "path": str(path.relative_to(folder.parent)),
+            "unsafe": cls.format_unsafe(fmt, helper.unsafe_formats)}
 
 
 def nothing_saved(path: Path) -> str:

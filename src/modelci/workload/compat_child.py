@@ -33,6 +33,7 @@ from modelci.workload.child import (
     drop_working_directory,
     enter_suite,
     find_class,
+    format_reason,
     module_info,
     overrides,
     parse_suites,
@@ -113,7 +114,7 @@ class Jobs:
         ctx = Context(seed=int(job["seed"]), device=job.get("device", "cpu"), scratch=self.out / "scratch")
         ctx.scratch.mkdir(exist_ok=True)
         workload = cls()
-        record["unsafe"] = job.get("format", "") in helper.unsafe_formats
+        record["unsafe"] = cls.format_unsafe(job.get("format", ""), helper.unsafe_formats)
         return workload, ctx, helper
 
     def inputs(self, workload: Workload, helper: Any, record: dict[str, Any]) -> None:
@@ -133,10 +134,8 @@ class Jobs:
         fmt = job["format"]
         try:
             workload, ctx, helper = self.prepare(job, record)
-            reason = helper.supports(fmt)
-            if not reason and callable(getattr(workload, "supports", None)):
-                # a workload with its own save/load says which formats this version has
-                reason = workload.supports(fmt)
+            # the workload's own load wins over the helper's for any format name; its `supports` may narrow it
+            reason = format_reason(workload, type(workload), helper, fmt, "load")
             if reason:
                 record.update(status="unsupported", reason=str(reason))
                 return record

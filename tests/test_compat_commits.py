@@ -1,0 +1,151 @@
+"""compat across git commits and releases of a real (small, numpy-based) package, `tinynet` (tests/tinyrepo.py).
+
+    c0 ─ c1 ─ c2 (Rename the weight key (#7)) ─ c3
+
+c2 renames the key tinynet's loader expects, so models saved at c0 or c1 no longer load from c2 on. Every commit
+carries the version 0.1.0 (`0.1.0+g<sha>` when built with pythonpath), so only the commit graph can say which
+build is older; the package is named in setup.cfg only, so its name must come from there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from tinyrepo import TINYNET, TinyRepo, write_suite
+
+from modelci import builds, compat, projectmeta, targets, workflow
+from modelci import config as config_module
+from modelci.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, env_cache):
+    root = tmp_path_factory.mktemp("tiny")
+    repo = TinyRepo(root / "repo")
+    c = {"c0": repo.commit("Initial tinynet"),
+         "c1": repo.commit("Docs", note="c1"),
+         "c2": repo.commit("Rename the weight key (#7)", key="kernel"),
+         "c3": repo.commit("More docs", note="c3")}
+    suite = write_suite(root / "tinysuite")
+    project = root / "project"
+    project.mkdir()
+    (project / "modelci.toml").write_text(f'cache_dir = "{env_cache}"\ntimeout = 120\nrunner = "test-runner"\n')
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith("MODELCI_")]:
+            patch.delenv(key)
+        patch.chdir(project)
+        yield {"root": root, "repo": repo, "c": c, "suite": suite, "cfg": config_module.load(),
+               "patch": patch}
+
+
+def spec(tiny, commit: str, build: str = "pythonpath") -> str:
+    return targets.git_spec(str(tiny["repo"].path), tiny["c"][commit], build)
+
+
+def by_cell(outcome) -> dict[tuple[str, str], str]:
+    return {(e.workload, e.format): e.outcome for e in outcome.entries}
+
+
+@pytest.mark.parametrize("build", ["pythonpath", "wheel"])
+def test_compat_between_commits_finds_the_renamed_key(tiny, build):
+    produced = workflow.run(tiny["cfg"], spec(tiny, "c0", build), [str(tiny["suite"])])
+    assert [r.status for r in produced.results] == ["ok", "ok"], [r.reason for r in produced.results]
+    # named from setup.cfg, not after the commit or the checkout folder
+    assert produced.target.name == "tinynet"
+    expected = f"0.1.0+g{tiny['c']['c0'][:12]}" if build == "pythonpath" else "0.1.0"
+    assert produced.target.version == expected
+    saved = {e["format"]: e for r in produced.results for e in r.info["saved"]}
+    # the workload's own format, unknown to the numpy helper, is saved by the workload, not skipped
+    assert {f: e["status"] for f, e in saved.items()} == {"npz": "ok", "tinynet": "ok"}
+    assert saved["tinynet"]["unsafe"] is False  # declared safe by modelci.Format
+
+    before = compat.check(tiny["cfg"], spec(tiny, "c1", build), [str(tiny["suite"])])
+    assert by_cell(before) == {("tinysuite/Dense", "npz"): "ok", ("tinysuite/OwnFormat", "tinynet"): "ok"}
+    assert {e.producer["commit"] for e in before.entries} == {tiny["c"]["c0"]}
+
+    after = compat.check(tiny["cfg"], spec(tiny, "c3", build), [str(tiny["suite"])])
+    assert by_cell(after) == {("tinysuite/Dense", "npz"): "load_failed",
+                              ("tinysuite/OwnFormat", "tinynet"): "load_failed"}
+    assert all("KeyError: 'kernel' (in load)" in e.error for e in after.entries), [e.error for e in after.entries]
+    assert after.regressed
+
+    # the newer commit's models are not "older" than c1: only the graph says so, both versions are 0.1.0
+    workflow.run(tiny["cfg"], spec(tiny, "c3", build), [str(tiny["suite"])], "Dense")
+    again = compat.check(tiny["cfg"], spec(tiny, "c1", build), [str(tiny["suite"])], "Dense")
+    assert {e.producer["commit"] for e in again.entries} == {tiny["c"]["c0"]}
+
+
+def test_from_takes_a_ref_a_target_spec_or_a_specifier(tiny):
+    workflow.run(tiny["cfg"], spec(tiny, "c0"), [str(tiny["suite"])], "Dense")
+    workflow.run(tiny["cfg"], spec(tiny, "c2"), [str(tiny["suite"])], "Dense")
+    target = spec(tiny, "c3")
+    # a ref of the target's repository: that one build
+    by_ref = compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec=tiny["c"]["c2"][:10])
+    assert {e.producer["commit"] for e in by_ref.entries} == {tiny["c"]["c2"]}
+    assert by_cell(by_ref) == {("tinysuite/Dense", "npz"): "ok"}
+    by_branch_ref = compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec="main~3")
+    assert {e.producer["commit"] for e in by_branch_ref.entries} == {tiny["c"]["c0"]}
+    # a target spec of another build
+    by_spec = compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec=spec(tiny, "c0"))
+    assert {e.producer["commit"] for e in by_spec.entries} == {tiny["c"]["c0"]}
+    # a specifier: the local label of a pythonpath build matches ==0.1.0
+    by_version = compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec="==0.1.0")
+    assert {e.producer["commit"] for e in by_version.entries} >= {tiny["c"]["c0"], tiny["c"]["c2"]}
+    with pytest.raises(UserError, match="--from 'no-such-ref'.*a ref of the target's repository"):
+        compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec="no-such-ref")
+
+
+def test_a_release_sequence_of_wheels(tiny, tmp_path):
+    """Releases 0.1.0, 0.2.0 (the rename) and 0.3.0 as wheels on a find-links folder: ordered by version."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for version, key in (("0.1.0", "weight"), ("0.2.0", "kernel"), ("0.3.0", "kernel")):
+        builds.write_wheel(wheels, "tinynet", version,
+                           {"tinynet/__init__.py": TINYNET.format(key=key, note=version)}, ["numpy"])
+    tiny["patch"].setenv("MODELCI_FIND_LINKS", str(wheels))
+    workflow.run(tiny["cfg"], "tinynet==0.1.0", [str(tiny["suite"])])
+    outcome = compat.check(tiny["cfg"], str(wheels / "tinynet-0.3.0-py3-none-any.whl"), [str(tiny["suite"])])
+    # the release 0.1.0 (and the commits of 0.1.0 that the other tests ran) are older than 0.3.0; 0.2.0 never ran
+    assert {e.producer["version"].split("+")[0] for e in outcome.entries} == {"0.1.0"}
+    assert "requirement" in {e.producer["kind"] for e in outcome.entries}
+    assert {e.outcome for e in outcome.entries} == {"load_failed"}
+
+
+# -- the project name from metadata ------------------------------------------------------------------------
+
+
+def write(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_project_metadata_from_every_kind_of_project(tmp_path):
+    pep621 = write(tmp_path / "a", {"pyproject.toml": '[project]\nname = "Alpha"\nversion = "1.2"\n'
+                                                        'dependencies = ["numpy>=1"]\n'})
+    assert (projectmeta.of_folder(pep621).name, projectmeta.of_folder(pep621).dependencies) == ("Alpha", ["numpy>=1"])
+    poetry = write(tmp_path / "b", {"pyproject.toml": '[tool.poetry]\nname = "beta"\nversion = "0.3"\n'})
+    assert (projectmeta.of_folder(poetry).name, projectmeta.of_folder(poetry).version) == ("beta", "0.3")
+    cfg = write(tmp_path / "c", {"pyproject.toml": "[build-system]\nrequires = []\n",
+                                 "setup.cfg": "[metadata]\nname = gamma\nversion = attr: gamma.__version__\n"
+                                              "[options]\ninstall_requires =\n    numpy\n    scipy>=1\n"})
+    meta = projectmeta.of_folder(cfg)
+    assert (meta.name, meta.version, meta.dependencies) == ("gamma", None, ["numpy", "scipy>=1"])
+    # setup.py: the project's own script answers --name --version (as setuptools' does)
+    setup_py = write(tmp_path / "d", {"setup.py": "import sys\nif sys.argv[1:] == ['--name', '--version']:\n"
+                                                  "    print('delta'); print('4.5.6')\n"})
+    assert projectmeta.of_checkout(setup_py, sys.executable).name == "delta"
+    egg = write(tmp_path / "e", {"setup.py": "raise SystemExit('not run when an egg-info is there')\n"})
+    write(egg / "epsilon.egg-info", {"PKG-INFO": "Metadata-Version: 2.1\nName: epsilon\nVersion: 2.0\n",
+                                     "requires.txt": "numpy\n\n[test]\npytest\n"})
+    meta = projectmeta.of_checkout(egg, sys.executable)
+    assert (meta.name, meta.version, meta.dependencies) == ("epsilon", "2.0", ["numpy"])
+    failing = write(tmp_path / "f", {"setup.py": "raise SystemExit('broken setup')\n"})
+    with pytest.raises(projectmeta.MetadataError, match="broken setup"):
+        projectmeta.of_checkout(failing, sys.executable)
+    with pytest.raises(projectmeta.MetadataError, match="no project name"):
+        projectmeta.of_checkout(write(tmp_path / "g", {"pyproject.toml": "[build-system]\n"}), sys.executable)
