@@ -1,6 +1,6 @@
 """compat across git commits and releases of a real (small, numpy-based) package, `tinynet` (tests/tinyrepo.py).
 
-    c0 ─ c1 ─ c2 (Rename the weight key (#7)) ─ c3
+    c0 ─ c1 ─ c2 (Rename the weight key (#7)) ─ c3 ─ c4 ─ c5
 
 c2 renames the key tinynet's loader expects, so models saved at c0 or c1 no longer load from c2 on. Every commit
 carries the version 0.1.0 (`0.1.0+g<sha>` when built with pythonpath), so only the commit graph can say which
@@ -9,7 +9,9 @@ build is older; the package is named in setup.cfg only, so its name must come fr
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from tinyrepo import TINYNET, TinyRepo, write_suite
 
 from modelci import builds, compat, projectmeta, targets, workflow
 from modelci import config as config_module
+from modelci.bisect import bisect
 from modelci.errors import UserError
 
 
@@ -28,7 +31,9 @@ def tiny(tmp_path_factory, env_cache):
     c = {"c0": repo.commit("Initial tinynet"),
          "c1": repo.commit("Docs", note="c1"),
          "c2": repo.commit("Rename the weight key (#7)", key="kernel"),
-         "c3": repo.commit("More docs", note="c3")}
+         "c3": repo.commit("More docs", note="c3"),
+         "c4": repo.commit("Even more docs", note="c4"),
+         "c5": repo.commit("Typos", note="c5")}
     suite = write_suite(root / "tinysuite")
     project = root / "project"
     project.mkdir()
@@ -86,7 +91,7 @@ def test_from_takes_a_ref_a_target_spec_or_a_specifier(tiny):
     by_ref = compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec=tiny["c"]["c2"][:10])
     assert {e.producer["commit"] for e in by_ref.entries} == {tiny["c"]["c2"]}
     assert by_cell(by_ref) == {("tinysuite/Dense", "npz"): "ok"}
-    by_branch_ref = compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec="main~3")
+    by_branch_ref = compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec="main~5")
     assert {e.producer["commit"] for e in by_branch_ref.entries} == {tiny["c"]["c0"]}
     # a target spec of another build
     by_spec = compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec=spec(tiny, "c0"))
@@ -98,11 +103,45 @@ def test_from_takes_a_ref_a_target_spec_or_a_specifier(tiny):
         compat.check(tiny["cfg"], target, [str(tiny["suite"])], "Dense", from_spec="no-such-ref")
 
 
+@pytest.mark.parametrize("build", ["pythonpath", "wheel"])
+def test_bisect_check_compat_names_the_commit_that_broke_loading(tiny, build):
+    result = bisect(tiny["cfg"], [str(tiny["suite"])], "tinysuite/OwnFormat", repo=str(tiny["repo"].path),
+                    good=tiny["c"]["c0"], bad=tiny["c"]["c5"], check="compat", build=build, log=lambda _: None)
+    assert result.status == "found", result.message
+    assert result.culprit.item == tiny["c"]["c2"] and result.culprit.commit.pr == 7
+    assert result.last_good.item == tiny["c"]["c1"]
+    assert result.check == "compat" and "KeyError" in result.evidence
+    bad = [p for p in result.probes if p.verdict == "bad" and p.round > 0]
+    assert all("load_failed" in p.why for p in bad)
+
+
+def test_bisect_cli_follows_the_models_of_a_named_producer(tiny, tmp_path):
+    """`--from` a ref: the models c1 saved (run first), bisected between c1 and c5 on the command line."""
+    workflow.run(tiny["cfg"], spec(tiny, "c1"), [str(tiny["suite"])], "Dense")
+    out = tmp_path / "bisect.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelci.cli", "bisect", "--repo", str(tiny["repo"].path), "--good", "main~4",
+         "--bad", "main", "--suite", str(tiny["suite"]), "-k", "tinysuite/Dense", "--build", "pythonpath",
+         "--check", "compat", "--from", tiny["c"]["c1"][:12], "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "first bad:" in proc.stdout and "Rename the weight key" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["check"] == "compat" and report["culprit"]["pr"] == 7
+    # --from without --check compat is refused, naming what to add
+    refused = subprocess.run(
+        [sys.executable, "-m", "modelci.cli", "bisect", "--repo", str(tiny["repo"].path), "--good", "main~4",
+         "--bad", "main", "--suite", str(tiny["suite"]), "-k", "Dense", "--from", "main~4"],
+        capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "add --check compat" in refused.stderr + refused.stdout
+
+
 def test_a_release_sequence_of_wheels(tiny, tmp_path):
-    """Releases 0.1.0, 0.2.0 (the rename) and 0.3.0 as wheels on a find-links folder: ordered by version."""
+    """Releases 0.1.0, 0.1.1, 0.2.0 (the rename) and 0.3.0 as wheels on a find-links folder: ordered by version;
+    bisect over the releases names 0.2.0."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    for version, key in (("0.1.0", "weight"), ("0.2.0", "kernel"), ("0.3.0", "kernel")):
+    for version, key in (("0.1.0", "weight"), ("0.1.1", "weight"), ("0.2.0", "kernel"), ("0.3.0", "kernel")):
         builds.write_wheel(wheels, "tinynet", version,
                            {"tinynet/__init__.py": TINYNET.format(key=key, note=version)}, ["numpy"])
     tiny["patch"].setenv("MODELCI_FIND_LINKS", str(wheels))
@@ -110,8 +149,14 @@ def test_a_release_sequence_of_wheels(tiny, tmp_path):
     outcome = compat.check(tiny["cfg"], str(wheels / "tinynet-0.3.0-py3-none-any.whl"), [str(tiny["suite"])])
     # the release 0.1.0 (and the commits of 0.1.0 that the other tests ran) are older than 0.3.0; 0.2.0 never ran
     assert {e.producer["version"].split("+")[0] for e in outcome.entries} == {"0.1.0"}
-    assert "requirement" in {e.producer["kind"] for e in outcome.entries}
-    assert {e.outcome for e in outcome.entries} == {"load_failed"}
+    release = [e for e in outcome.entries if e.producer["kind"] == "requirement"]
+    assert len(release) == 2 and {e.outcome for e in release} == {"load_failed"}
+
+    releases = [f"tinynet=={v}" for v in ("0.1.0", "0.1.1", "0.2.0", "0.3.0")]
+    result = bisect(tiny["cfg"], [str(tiny["suite"])], "tinysuite/Dense", versions=releases, check="compat",
+                    log=lambda _: None)
+    assert result.status == "found" and result.culprit.spec == "tinynet==0.2.0"
+    assert result.last_good.spec == "tinynet==0.1.1"
 
 
 # -- the project name from metadata ------------------------------------------------------------------------

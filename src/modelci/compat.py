@@ -369,7 +369,8 @@ class Producers:
         elif other.kind == "wheel":
             self.build = {"wheel_sha256": other.wheel_sha256}
         else:
-            self.build = {"name": other.name, **({"version": other.version} if other.version else {})}
+            # the release: not a commit that happens to carry the same version
+            self.build = {"name": other.name, "version": other.version, "commit": ""}
 
     def describe(self) -> str:
         """The selection in words, for messages."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelci import builds, targets
+from modelci.bisect import compat_probe
 from modelci.bisect.judge import CHECKS, BisectRefused, Criterion, choose, confirm, split, verdict
 from modelci.bisect.search import Search
 from modelci.errors import UserError
@@ -122,12 +123,18 @@ class BisectResult:
 def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: str | None = None,
            good: str | None = None, bad: str | None = None, versions: list[str] | None = None,
            check: str | None = None, first_parent: bool = False, build: str | None = None, jobs: int = 1,
-           log: Callable[[str], object] = print, command: str = "") -> BisectResult:
+           log: Callable[[str], object] = print, command: str = "", from_spec: str | None = None) -> BisectResult:
     """Find the first bad commit of `repo` between `good` and `bad` (or the first bad release of `versions`,
     oldest first) for one workload, following `check` or, without it, whichever check fails between the ends.
 
+    With `check="compat"` each probe loads the models that `from_spec` (a ref, a target spec or a version; the
+    good end when None) saved into the probe's build (`compat_probe`): the culprit is the first build where they
+    no longer load or their outputs differ.
+
     Raises BisectRefused when the good end is not good or the bad end is not bad, UserError for bad input.
     """
+    if from_spec and check != compat_probe.CHECK:
+        raise UserError("--from names the producer of the saved models for --check compat; add --check compat")
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: give 1 or more probes per round")
     if versions is not None:
@@ -140,6 +147,9 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
 
     Store.from_config(config)  # create the history before parallel probes race to do it
     prober = _Prober(config, suite_specs, pattern, space, jobs, command)
+    if check == compat_probe.CHECK:
+        prober.compat = compat_probe.CompatProber(config, suite_specs, pattern, from_spec, space.spec(space.good), log)
+        prober.compat.prepare()
 
     log(f"bisecting {space.size} {space.noun} between {space.describe(space.good)} and {space.describe(space.bad)}")
     ends = prober.run([space.good, space.bad], round=0)
@@ -148,8 +158,13 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     good_result, bad_result = results[space.good], results[space.bad]
     if good_result is None or bad_result is None:
         raise BisectRefused(f"workload {workload} has no result at both ends; check -k")
-    criterion = choose(good_result, bad_result, config.policy_for(workload), check,
-                       space.describe(space.good), space.describe(space.bad))
+    if check == compat_probe.CHECK:
+        criterion = Criterion(check, [f"compat from {prober.compat.producer}"], good_result, config.policy_for(workload),
+                              compat_probe.evidence(good_result, bad_result, space.describe(space.good),
+                                                    space.describe(space.bad)))
+    else:
+        criterion = choose(good_result, bad_result, config.policy_for(workload), check,
+                           space.describe(space.good), space.describe(space.bad))
     log(f"following the {criterion.check} check on {', '.join(criterion.metrics)}: {criterion.evidence}")
     probes = [prober.probe(space.good, ends, workload, "good", "the good end", 0),
               prober.probe(space.bad, ends, workload, "bad", criterion.evidence, 0)]
@@ -322,6 +337,8 @@ class _Prober:
         self.config, self.suite_specs, self.pattern = config, suite_specs, pattern
         self.space, self.jobs, self.command = space, jobs, command
         self.built: set[str] = set()
+        #: --check compat: probes load the producer's saved models instead of running the workload
+        self.compat: compat_probe.CompatProber | None = None
 
     def run(self, items: list[str], round: int, fresh: bool = False) -> dict[str, tuple[dict[str, Result], Any]]:
         """item -> (workload id -> result, run id); runs at most `jobs` at once."""
@@ -345,6 +362,8 @@ class _Prober:
                 return {}, {"run_id": None, "reused": True, "why": reason}
             if not builds.is_built(target, self.config.cache_dir, self.config.python):
                 self.built.add(item)
+        if self.compat is not None:
+            return self.compat.probe(spec, round)
         try:
             outcome = workflow.run(self.config, spec, self.suite_specs, self.pattern, reuse=not fresh,
                                    progress=Progress(quiet=True), command=self.command, alarms=False)

@@ -97,6 +97,10 @@ def split(criterion: Criterion, ratio: float | None = None) -> None:
 
 def verdict(criterion: Criterion, result: Result | None) -> tuple[str, str, dict[str, Any]]:
     """("good" | "bad" | "skip", why, numbers) for one probe's result; no result at all is a skip."""
+    if criterion.check == "compat":  # the probe loaded the producer's saved models: see compat_probe
+        from modelci.bisect.compat_probe import verdict as compat_verdict
+
+        return compat_verdict(result)
     if result is None:
         return "skip", "no result for the workload", {}
     first_line = result.reason.splitlines()[0] if result.reason else ""

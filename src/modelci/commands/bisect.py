@@ -20,8 +20,12 @@ def add_parser(sub) -> None:
     parser.add_argument("--versions", help="comma-separated targets, oldest (good) first: 'numpy==1.23.5,...'")
     parser.add_argument("--package", help="search the releases of this package the configured index offers")
     parser.add_argument("--between", nargs=2, metavar=("GOOD", "BAD"), help="with --package: the good and bad release")
-    parser.add_argument("--check", choices=["status", "precision", "curve", "timing", "memory"],
-                        help="the check to follow (default: whichever fails between the ends)")
+    parser.add_argument("--check", choices=["status", "precision", "curve", "timing", "memory", "compat"],
+                        help="the check to follow (default: whichever fails between the ends); compat: the first "
+                             "build where the models saved by --from no longer load or match")
+    parser.add_argument("--from", dest="from_spec", metavar="PRODUCER",
+                        help="with --check compat: the build whose saved models are loaded at each probe: a ref, a "
+                             "target spec or a version (default: the good end)")
     parser.add_argument("--first-parent", action="store_true", help="search the main line only (merged PRs)")
     parser.add_argument("--build", help="how commits are built: wheel (default), pythonpath[:FOLDER], or a shell "
                                         "command that leaves a wheel in $MODELCI_DIST_DIR")
@@ -58,7 +62,7 @@ def main(args, cfg) -> int:
     try:
         result = bisect(cfg, args.suite or cfg.suites, args.pattern, repo=args.repo, good=args.good, bad=args.bad,
                         versions=versions, check=args.check, first_parent=args.first_parent, build=args.build,
-                        jobs=args.jobs, log=log, command=args.command_line)
+                        jobs=args.jobs, log=log, command=args.command_line, from_spec=args.from_spec)
     except workflow.Interrupted as exc:
         out.print(f"[yellow]{exc}; run the same command again to resume[/]")
         return EXIT_INTERRUPTED

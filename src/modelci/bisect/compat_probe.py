@@ -1,0 +1,116 @@
+"""`bisect --check compat --from PRODUCER`: which commit or release broke loading of the models a producer saved.
+
+A compat probe is not a run of the workload: it is `compat.check` of the probe's build against the models the
+producer saved (the stored manifests, verified by sha256, as `modelci compat` loads them). Each probe's compat
+entries are folded into one result per workload, so that the search and the report treat it like any probe:
+
+- `ok`: every saved model of the producer loads in the probe's build and gives the producer's outputs;
+- `failed`: one does not (`load_failed`, `outputs_differ`, `unsupported`, `unreadable`); the reason lists each
+  format's outcome and error;
+- `error`: the probe's build or environment could not be made, so it cannot be judged (a skip).
+
+The producer is `--from` (a ref of the repository, a target spec, a version); without it the good end is the
+producer, and it is run first (with reuse) so that its saved models are in the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelci.errors import UserError
+from modelci.records import Result
+
+#: the check's name, as `--check` spells it
+CHECK = "compat"
+
+
+class CompatProber:
+    """Runs compat probes for a bisect: the producer's stored models loaded into each probed build."""
+
+    def __init__(self, config: Any, suite_specs: list[str], pattern: str | None, from_spec: str | None,
+                 producer_spec: str, log: Any):
+        self.config, self.suite_specs, self.pattern = config, suite_specs, pattern
+        self.from_spec = (from_spec or "").strip() or None
+        self.producer_spec, self.log = producer_spec, log
+
+    def prepare(self) -> None:
+        """Without --from the good end saved the models: run it (reusing a stored run) so the store holds them."""
+        if self.from_spec is not None:
+            return
+        from modelci import workflow
+        from modelci.report.console import Progress
+
+        self.log(f"the good end {self.producer_spec} is the producer: its saved models are loaded at each probe")
+        workflow.run(self.config, self.producer_spec, self.suite_specs, self.pattern, reuse=True,
+                     progress=Progress(quiet=True), alarms=False)
+
+    @property
+    def producer(self) -> str:
+        """What `compat.check` gets as --from: the producer the user named, or the good end's spec."""
+        return self.from_spec or self.producer_spec
+
+    def probe(self, spec: str, round: int) -> tuple[dict[str, Result], dict[str, Any]]:
+        """(workload id -> the folded result, meta) for one probed build, as `_Prober` returns for runs."""
+        from modelci import compat
+        from modelci.report.console import Progress
+
+        try:
+            outcome = compat.check(self.config, spec, self.suite_specs, self.pattern, from_spec=self.producer,
+                                   progress=Progress(quiet=True))
+        except UserError as exc:
+            if round == 0:
+                raise  # an end that cannot be checked (no stored models, a build that fails) is bad input
+            return {}, {"run_id": None, "reused": False, "why": f"untestable: {str(exc).splitlines()[0]}"}
+        return fold(outcome.entries), {"run_id": None, "reused": False, "check_id": outcome.check_id}
+
+
+def fold(entries: list[Any]) -> dict[str, Result]:
+    """One result per workload from its compat entries (every format, every record of the producer)."""
+    by_workload: dict[str, list[Any]] = {}
+    for entry in entries:
+        by_workload.setdefault(entry.workload, []).append(entry)
+    results = {}
+    for workload, found in by_workload.items():
+        unbuilt = [e for e in found if e.outcome == "load_failed" and "could not be prepared" in e.error]
+        bad = [e for e in found if e.gating]
+        if unbuilt and len(unbuilt) == len(bad):
+            status = "error"  # the probe's environment could not be made: untestable, not bad
+        elif bad:
+            status = "failed"
+        elif all(e.outcome == "missing" for e in found):
+            status = "error"  # the suite has no such workload: nothing was loaded
+        else:
+            status = "ok"
+        reason = "; ".join(f"{e.format}: {e.outcome}" + (f" ({e.error.splitlines()[0]})" if e.error else "")
+                           for e in (bad or found))
+        outcomes = {f"{e.format} saved by {e.producer.get('label')}": e.outcome for e in found}
+        results[workload] = Result(workload=workload, status=status, reason=reason if status != "ok" else "",
+                                   info={"compat": outcomes})
+    return results
+
+
+def verdict(result: Result | None) -> tuple[str, str, dict[str, Any]]:
+    """("good" | "bad" | "skip", why, numbers) of one compat probe."""
+    if result is None:
+        return "skip", "no saved model of the producer for the workload", {}
+    numbers = {"outcomes": result.info.get("compat", {})}
+    if result.status == "ok":
+        return "good", "the producer's models load and match", numbers
+    if result.status == "error":
+        return "skip", f"untestable: {result.reason}", numbers
+    return "bad", result.reason, numbers
+
+
+def evidence(good: Result, bad: Result, good_label: str, bad_label: str) -> str:
+    """Why the ends bracket a compat break; raises BisectRefused when they do not."""
+    from modelci.bisect.judge import BisectRefused
+
+    if good.status != "ok":
+        raise BisectRefused(f"the good end {good_label} is not good: the producer's models of {good.workload} do "
+                            f"not load there ({good.reason}); pick a good end where they load")
+    if bad.status == "error":
+        raise BisectRefused(f"the bad end {bad_label} cannot be tested: {bad.reason}")
+    if bad.status == "ok":
+        raise BisectRefused(f"the bad end {bad_label} is not bad: the producer's models of {bad.workload} load "
+                            "and match there; nothing to bisect")
+    return f"at {bad_label}: {bad.reason}"
