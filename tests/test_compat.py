@@ -425,3 +425,88 @@ def test_zoo_torch_models_saved_by_torch_2_13_load_and_match_in_the_same_version
     unsafe = {e.format: e.unsafe for e in outcome.entries}
     assert unsafe["state_dict"] is False and unsafe["torchscript"] is True
     assert "executes code on load" in compat_report.markdown(outcome)
+
+
+PICKLED_SUITE = '''
+import torch
+import modelci
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class _Tiny(modelci.Workload):
+    framework = "torch"
+    steps = 1
+    warmup = 0
+    repeats = 1
+
+    def setup(self, ctx):
+        self.model = Net()
+        self.x = torch.randn(3, 4)
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+    def infer(self, ctx):
+        with torch.no_grad():
+            return {"y": self.model(self.x)}
+
+
+class HelperPickle(_Tiny):
+    """The torch helper's torch_pickle: torch.save(model) and, in the consumer, a plain torch.load."""
+    formats = ("torch_pickle",)
+
+
+class OwnPickle(_Tiny):
+    """A format the torch helper has never heard of, saved and loaded by the workload itself, as a user does."""
+    formats = ("module_pickle",)
+
+    def save(self, ctx, fmt, path):
+        torch.save(self.model, path)
+
+    def load(self, ctx, fmt, path):
+        self.model = torch.load(path)
+'''
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_pickled_torch_module_fails_as_plain_torch_load_fails_for_users(tmp_path, monkeypatch):
+    """torch 2.13's torch.load defaults to weights_only=True, which refuses a whole pickled module: compat reports
+    what a user's plain `torch.load(path)` does, `load_failed` with torch's own message, for the helper's
+    torch_pickle and for a workload's own format alike (saved by the workload, never skipped)."""
+    for key in [k for k in os.environ if k.startswith("MODELCI_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    monkeypatch.chdir(tmp_path)
+    cache = Path(os.environ.get("MODELCI_TEST_CACHE", Path.home() / ".cache" / "modelci-tests"))
+    (tmp_path / "modelci.toml").write_text(f'cache_dir = "{cache}"\ntimeout = 900\nrunner = "test-runner"\n')
+    suite = tmp_path / "pickles"
+    suite.mkdir()
+    (suite / "nets.py").write_text(PICKLED_SUITE)
+    cfg = config_module.load()
+    try:
+        produced = workflow.run(cfg, "torch==2.13.0", [str(suite)])
+    except UserError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"torch 2.13.0 cannot be installed here: {exc}")
+    saved = {(r.workload, e["format"]): e for r in produced.results for e in r.info["saved"]}
+    assert {k: e["status"] for k, e in saved.items()} == {
+        ("pickles/HelperPickle", "torch_pickle"): "ok", ("pickles/OwnPickle", "module_pickle"): "ok"}
+    # both unpickle a module: unsafe, the custom one because it is undeclared
+    assert all(e["unsafe"] for e in saved.values())
+
+    outcome = compat.check(cfg, "torch==2.13.0", [str(suite)], from_spec="==2.13.0")
+    assert {(e.workload, e.format): e.outcome for e in outcome.entries} == {
+        ("pickles/HelperPickle", "torch_pickle"): "load_failed", ("pickles/OwnPickle", "module_pickle"): "load_failed"}
+    for entry in outcome.entries:
+        assert "Weights only load failed" in entry.error and "(in load)" in entry.error, entry.error
+        assert entry.unsafe

@@ -136,6 +136,25 @@ def test_bisect_cli_follows_the_models_of_a_named_producer(tiny, tmp_path):
     assert refused.returncode == 2 and "add --check compat" in refused.stderr + refused.stdout
 
 
+def test_compat_alarm_is_bisected_to_the_commit_that_broke_loading(tiny, tmp_path):
+    """`modelci compat --bisect-on-alarm --good REF`: the check opens an alarm per saved model that no longer
+    loads, and each is bisected with --check compat from its producer, as `run --bisect-on-alarm` does."""
+    workflow.run(tiny["cfg"], spec(tiny, "c0"), [str(tiny["suite"])], "OwnFormat", reuse=True)
+    out = tmp_path / "compat.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelci.cli", "compat", "--target", spec(tiny, "c5"), "--suite", str(tiny["suite"]),
+         "-k", "tinysuite/OwnFormat", "--from", tiny["c"]["c0"], "--bisect-on-alarm", "--good", tiny["c"]["c0"],
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the check's own verdict: a model no longer loads
+    assert "alarm opened" in proc.stdout and "compat:tinynet:saved by tinynet==0.1.0+g" in proc.stdout
+    assert "bisected" in proc.stdout and "Rename the weight key" in proc.stdout, proc.stdout
+    report = json.loads(out.read_text())
+    (found,) = report["bisects"]
+    assert found["check"] == "compat" and found["result"]["culprit"]["pr"] == 7
+    assert found["result"]["culprit"]["sha"] == tiny["c"]["c2"]
+
+
 def test_a_release_sequence_of_wheels(tiny, tmp_path):
     """Releases 0.1.0, 0.1.1, 0.2.0 (the rename) and 0.3.0 as wheels on a find-links folder: ordered by version;
     bisect over the releases names 0.2.0."""

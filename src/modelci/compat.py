@@ -566,8 +566,10 @@ def fetch(store: Any, manifests: list[dict[str, Any]], folder: Path) -> dict[str
             continue
         try:
             data = store.artifacts.get(manifest["sha256"])
-            if manifest["layout"] == "file" and local_store:
-                # verified just now, on the user's own disk: the child reads the blob in place, saving a copy
+            if manifest["layout"] == "file" and local_store and not manifest.get("unsafe"):
+                # verified just now, on the user's own disk: the child reads the blob in place, saving a copy.
+                # Not for a format that executes code on load: it gets the very bytes verified here, in a scratch
+                # file, so nothing can change the blob between the check and the unpickling
                 path = Path(store.artifacts.path(manifest["sha256"]))
             else:
                 path = records.unpack(data, manifest["layout"], folder / key[:16], manifest["format"])
@@ -690,3 +692,31 @@ def findings(outcome: CompatOutcome) -> list[Finding]:
         out.append(Finding("compat", metric, verdict, {"outcome": e.outcome, **({"error": e.error} if e.error else {})},
                            message + (f" - {e.error}" if e.error else ""), gating=e.gating))
     return out
+
+
+def raise_alarms(config: Any, store: Any, outcome: CompatOutcome) -> tuple[list[Any], list[Any]]:
+    """The alarm step of `modelci compat`: each entry that fails opens (or updates) the alarm of its saved model,
+    one that passes again is its recovery; then the notifiers hear of it. Returns (events, deliveries).
+
+    The alarm's key is the runner, the workload, check `compat` and the metric `compat:FORMAT:saved by
+    PRODUCER` (forward: `FORMAT:PRODUCER->CONSUMER`): the next build that still cannot load the same model is the
+    same alarm, seen again, not a new one. Its numbers keep the producer's spec, which `--bisect-on-alarm` hands
+    to `bisect --check compat --from`. A workload deleted from the suite (`missing`) is no alarm.
+    """
+    from modelci.alarms import lifecycle, notify
+
+    observations = []
+    for e in outcome.entries:
+        if e.outcome == "missing":
+            continue
+        producer, consumer = e.producer.get("label", "?"), e.consumer.get("label", "?")
+        metric = (f"compat:{e.format}:saved by {producer}" if e.direction == "backward"
+                  else f"compat:{e.format}:{producer}->{consumer}")
+        message = f"{e.workload} {e.format} saved by {producer} in {consumer}: {e.outcome}"
+        numbers = {"outcome": e.outcome, "producer": e.producer.get("spec", ""), "consumer": e.consumer.get("spec", ""),
+                   "direction": e.direction, **({"error": e.error.splitlines()[0]} if e.error else {})}
+        observations.append(lifecycle.Observation(config.runner, e.workload, "compat", metric, e.gating,
+                                                  message=message + (f" - {e.error.splitlines()[0]}" if e.error else ""),
+                                                  numbers=numbers))
+    events = lifecycle.apply(store, config, observations, target_label=outcome.target.label)
+    return events, notify.deliver(config, events, store=store)

@@ -33,6 +33,8 @@ class AlarmBisect:
     workload: str
     check: str | None
     alarm_ids: list[int]
+    #: a compat alarm: the build that saved the models that no longer load (`bisect --check compat --from`)
+    from_spec: str | None = None
     result: Any = None  # modelci.bisect.BisectResult when the bisect ran to the end
     error: str = ""
     summary: str = ""
@@ -58,21 +60,25 @@ def check_for(check: str, metric: str) -> str | None:
     belongs to (None: let the bisect pick whichever check fails between the ends)."""
     from modelci.bisect import CHECKS
 
-    if check in CHECKS:
+    if check in CHECKS or check == "compat":
         return check
     return next((name for prefix, name in _HISTORY_CHECKS if metric.startswith(prefix)), None)
 
 
 def plan(events: list[Any]) -> list[AlarmBisect]:
-    """One bisect per (workload, check) among the alarms that just opened, in the order they opened."""
-    plans: dict[tuple[str, str | None], AlarmBisect] = {}
+    """One bisect per (workload, check) among the alarms that just opened, in the order they opened; for compat
+    alarms one per (workload, producer), following the models that producer saved."""
+    plans: dict[tuple[str, str | None, str | None], AlarmBisect] = {}
     for event in events:
         alarm = event.alarm
         if event.event != "open" or alarm.kind not in BISECTABLE_KINDS or not alarm.workload:
             continue
         check = check_for(alarm.check, alarm.metric)
-        key = (alarm.workload, check)
-        plans.setdefault(key, AlarmBisect(alarm.workload, check, [])).alarm_ids.append(alarm.id)
+        producer = (alarm.numbers or {}).get("producer") if check == "compat" else None
+        if check == "compat" and (not producer or (alarm.numbers or {}).get("direction") != "backward"):
+            continue  # only a model an older build saved has a commit range that broke loading it
+        key = (alarm.workload, check, producer)
+        plans.setdefault(key, AlarmBisect(alarm.workload, check, [], from_spec=producer)).alarm_ids.append(alarm.id)
     return list(plans.values())
 
 
@@ -98,7 +104,7 @@ def bisect_alarms(config: Any, store: Any, outcome: Any, suite_specs: list[str],
         try:
             item.result = bisect(config, suite_specs, item.workload, repo=repo, good=good, bad=bad,
                                  check=item.check, first_parent=first_parent, build=build, jobs=jobs, log=log,
-                                 command=command)
+                                 command=command, from_spec=item.from_spec)
         except BisectRefused as exc:
             item.error = f"bisect refused: {exc}"
         except UserError as exc:

@@ -17,19 +17,55 @@ def add_parser(sub) -> None:
                         help="backward: older models load in the target (default); forward: the target's models "
                              "load in the older builds; both")
     parser.add_argument("--markdown", dest="markdown_path", metavar="FILE", help="write the matrix as Markdown")
+    parser.add_argument("--no-alarms", dest="alarms", action="store_false",
+                        help="open, update and notify no alarm (default: a saved model that no longer loads opens one)")
+    chain = parser.add_argument_group("bisect on alarm", "when the check opens an alarm, find the commit that broke "
+                                                         "loading")
+    chain.add_argument("--bisect-on-alarm", action="store_true",
+                       help="bisect each compat alarm this check opens between --good and the target's commit "
+                            "(`bisect --check compat --from PRODUCER`; git targets)")
+    chain.add_argument("--good", metavar="REF", help="with --bisect-on-alarm: a ref of the target's repository where "
+                                                     "the saved models still loaded")
+    chain.add_argument("--first-parent", action="store_true", help="with --bisect-on-alarm: search the main line only")
+    chain.add_argument("--jobs", type=int, default=1, help="with --bisect-on-alarm: probes per round")
 
 
 def main(args, cfg) -> int:
-    """Check, print the matrix, write the reports; exit 1 when any saved model fails in a consumer."""
+    """Check, print the matrix, write the reports, open alarms; exit 1 when any saved model fails in a consumer.
+    With --bisect-on-alarm, then bisect each compat alarm the check opened (the exit code stays the check's)."""
+    from types import SimpleNamespace
+
     from modelci import compat
+    from modelci.commands.run import _bisect_alarms, bisect_plan
+    from modelci.errors import UserError
     from modelci.report import compat_report
     from modelci.report import console as views
+    from modelci.store import Store
 
+    chain = bisect_plan(args, args.target)
+    if chain is not None and not args.alarms:
+        raise UserError("--bisect-on-alarm follows the alarms the check opens; drop --no-alarms")
+    store = Store.from_config(cfg)
     outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
-                           direction=args.direction, progress=views.Progress(quiet=args.quiet))
+                           direction=args.direction, progress=views.Progress(quiet=args.quiet), store=store)
     compat_report.render(outcome, views.console())
+    events: list = []
+    if args.alarms:
+        events, deliveries = compat.raise_alarms(cfg, store, outcome)
+        from modelci.alarms import views as alarm_views
+        from modelci.alarms.hooks import AlarmReport
+
+        alarm_views.render_alarm_report(AlarmReport(events=events, deliveries=deliveries), views.console())
+    report = compat_report.to_json(outcome)
     if args.json_path:
         compat_report.write_json(args.json_path, outcome)
     if args.markdown_path:
         compat_report.write_markdown(args.markdown_path, outcome)
+    if chain is not None:
+        checked = SimpleNamespace(target=outcome.target, run_id=None, alarms=SimpleNamespace(events=events))
+        bisects = _bisect_alarms(args, cfg, checked, chain)
+        if args.json_path and bisects:
+            from modelci.report import json_report
+
+            json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
     return EXIT_REGRESSION if outcome.regressed else EXIT_OK

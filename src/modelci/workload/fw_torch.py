@@ -103,14 +103,16 @@ class TorchHelper(PythonHelper):
     #: zoo model imports anything more after the warm-up.
     lazy_modules = ("torch.profiler._cupti_monitor", "sympy.tensor.tensor", "sympy.sets.setexpr")
     formats = format_table(
-        Format("state_dict", unsafe=False, why="read with torch.load(weights_only=True)"),
+        Format("state_dict", unsafe=False, why="a dict of tensors, which a plain torch.load reads with "
+                                               "weights_only=True (torch's default since 2.6)"),
         Format("torchscript", unsafe=True,
                why="the archive carries code that torch compiles and runs on load, able to call any registered "
                    "operator"),
         Format("torch_export", unsafe=True,
                why="a .pt2 archive may mark weights and constants as pickled, and torch.export.load then reads "
                    "them with torch.load(weights_only=False) or pickle.loads (torch/export/pt2_archive/_package.py)"),
-        Format("torch_pickle", unsafe=True, why="torch.load(weights_only=False) unpickles a whole module"),
+        Format("torch_pickle", unsafe=True, why="a whole pickled module: a torch before 2.6 unpickles it on a plain "
+                                               "torch.load (2.6 and later refuse it with weights_only=True)"),
     )
 
     @classmethod
@@ -303,8 +305,10 @@ class TorchHelper(PythonHelper):
 
         device = torch.device(getattr(ctx, "device", "cpu"))
         with _quiet_torch_warnings():
+            # plain torch.load, as a user calls it: the consumer's own default applies (weights_only=True from
+            # torch 2.6), so compat sees the failure a user sees; the device is the only argument added
             if fmt == "state_dict":
-                state = torch.load(path, map_location=device, weights_only=True)
+                state = torch.load(path, map_location=device)
                 if hasattr(workload, "load_state_dict"):
                     return workload.load_state_dict(state)
                 model = workload.build_model() if hasattr(workload, "build_model") else workload.model
@@ -315,7 +319,7 @@ class TorchHelper(PythonHelper):
                 with open(path, "rb") as fh:
                     model = _exported_module_class()(torch.export.load(fh).module())
             elif fmt == "torch_pickle":
-                model = torch.load(path, map_location=device, weights_only=False)
+                model = torch.load(path, map_location=device)
             else:
                 return super().load(workload, ctx, fmt, path)
         model = model.to(device).eval()
