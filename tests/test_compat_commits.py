@@ -213,3 +213,58 @@ def test_project_metadata_from_every_kind_of_project(tmp_path):
         projectmeta.of_checkout(failing, sys.executable)
     with pytest.raises(projectmeta.MetadataError, match="no project name"):
         projectmeta.of_checkout(write(tmp_path / "g", {"pyproject.toml": "[build-system]\n"}), sys.executable)
+
+
+PINNED_SUITE = '''
+import fakedep
+import modelci
+
+
+class _Base(modelci.Workload):
+    framework = "python"
+    requires = ["fakedep==1.0"]
+    steps = 1
+    warmup = 0
+    repeats = 1
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+
+class Pinned(_Base):
+    def infer(self, ctx):
+        return {"y": [float(fakedep.__version__)]}
+'''
+
+
+def test_a_git_targets_first_environment_already_holds_the_suites_pins(tmp_path, capsys):
+    """The commit depends on `fakedep` (2.0 is the newest), the suite pins fakedep==1.0 in a base class: the one
+    environment built holds 1.0 from the start, discovery included, and no environment with 2.0 is made first."""
+    from fakerepo import FakeRepo, offline_environment
+    from fakewheels import build_fake_wheel
+
+    from modelci.report.console import Progress
+
+    wheels = tmp_path / "wheels"
+    for version in ("1.0", "2.0"):
+        build_fake_wheel(wheels, "fakedep", version)
+    repo = FakeRepo(tmp_path / "repo")
+    pyproject = ('[build-system]\nrequires = []\nbuild-backend = "fakebackend"\nbackend-path = ["_build"]\n\n'
+                 '[project]\nname = "fakefw"\nversion = "1.0"\ndependencies = ["fakedep"]\n')
+    sha = repo.commit("Depend on fakedep", pyproject=pyproject)
+    suite = tmp_path / "pinned"
+    suite.mkdir()
+    (suite / "models.py").write_text(PINNED_SUITE)
+    (tmp_path / "modelci.toml").write_text(f'cache_dir = "{tmp_path / "cache"}"\ntimeout = 60\nrunner = "t"\n')
+    with offline_environment() as patch:
+        patch.setenv("MODELCI_FIND_LINKS", str(wheels))
+        patch.chdir(tmp_path)
+        cfg = config_module.load()
+        capsys.readouterr()
+        outcome = workflow.run(cfg, targets.git_spec(str(repo.path), sha, "pythonpath"), [str(suite)],
+                               progress=Progress())
+    log = capsys.readouterr().err
+    assert [r.status for r in outcome.results] == ["ok"], outcome.results[0].reason
+    assert list(outcome.results[0].outputs["y"]) == [1.0]
+    assert log.count("building environment") == 1, log
+    assert "fakedep==2.0" not in "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.lock") if p.is_file())

@@ -372,3 +372,70 @@ def _declared_name(node: Any) -> str:
                 and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)):
             return statement.value.value
     return node.name
+
+
+def declared_needs(suites: dict[str, Path], pattern: str | None = None) -> list[str]:
+    """What the selected workloads of the suites need besides the target, read from their source without
+    importing it: each workload class's literal `requires` and the distributions of its `framework`, following
+    class attributes through base classes (a `_Base` in the file, or one in a `_*.py` helper of the suite).
+
+    A git target's first environment gets these, so that the suite's pins are in it before discovery: a package
+    that depends on `torch` must not pull a default torch build first when the suite pins `torch==2.13.0`, only
+    to be replaced in a second environment once discovery names the pin. What cannot be read statically (a
+    computed `requires`) is still found by discovery and added then.
+    """
+    import ast
+    import fnmatch
+
+    from modelci.workload.child import helper_files, suite_files
+    from modelci.workflow import FRAMEWORK_DISTS
+
+    def literal(node: Any) -> Any:
+        try:
+            return ast.literal_eval(node)
+        except (ValueError, SyntaxError, TypeError):
+            return None
+
+    needs: list[str] = []
+    for suite, folder in suites.items():
+        classes: dict[str, tuple[list[str], dict[str, Any]]] = {}
+        files = []
+        for path in [*helper_files(folder), *suite_files(folder)]:
+            try:
+                tree = ast.parse(path.read_bytes())
+            except (SyntaxError, ValueError, OSError):
+                continue
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef):
+                    bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+                    attrs = {s.targets[0].id: literal(s.value) for s in node.body if isinstance(s, ast.Assign)
+                             and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)}
+                    classes[node.name] = (bases, attrs)
+                    if path.name in {p.name for p in suite_files(folder)}:
+                        files.append(node.name)
+
+        def lookup(name: str, attr: str, seen: frozenset = frozenset()) -> Any:
+            if name not in classes or name in seen:
+                return None
+            bases, attrs = classes[name]
+            if attr in attrs:
+                return attrs[attr]
+            return next((v for b in bases if (v := lookup(b, attr, seen | {name})) is not None), None)
+
+        def is_workload(name: str, seen: frozenset = frozenset()) -> bool:
+            bases = classes.get(name, ([], {}))[0]
+            return "Workload" in bases or any(b not in seen and is_workload(b, seen | {name}) for b in bases)
+
+        for name in files:
+            if name.startswith("_") or not is_workload(name):
+                continue
+            workload_id = f"{suite}/{lookup(name, 'name') or name}"
+            if pattern and not (fnmatch.fnmatchcase(workload_id, pattern) if any(c in pattern for c in "*?[")
+                                else pattern in workload_id):
+                continue
+            requires = lookup(name, "requires")
+            framework = lookup(name, "framework")
+            wanted = [r for r in requires if isinstance(r, str)] if isinstance(requires, (list, tuple)) else []
+            wanted += FRAMEWORK_DISTS.get(framework if isinstance(framework, str) else "numpy", [])
+            needs += [r for r in wanted if r not in needs]
+    return needs

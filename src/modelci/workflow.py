@@ -136,6 +136,19 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
     return env
 
 
+def _static_needs(target: targets.Target, suites: dict[str, Path], pattern: str | None) -> list[str]:
+    """The selected workloads' declared needs (builds.declared_needs), less what names the target itself."""
+    own = canonicalize_name(target.name)
+    found = []
+    for text in builds.declared_needs(suites, pattern):
+        try:
+            if canonicalize_name(Requirement(text).name) != own:
+                found.append(text)
+        except ValueError:  # packaging's InvalidRequirement: discovery reports the workload's bad `requires`
+            continue
+    return found
+
+
 def helper_needs(dist: str) -> list[str]:
     """What the environment needs next to the framework that the target `dist` provides (its helper's `needs`:
     numpy for torch, setuptools for paddle).
@@ -249,7 +262,10 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     timings: dict[str, float] = {}
     try:
         with _timed(timings, "environment"):
-            env = environment_for(config, target, log=progress.note, lock=locked)
+            # a git target's first environment already holds the suite's pins: discovery runs there, and a
+            # dependency of the commit must not pull a default build of what the suite pins (torch) first
+            early = _static_needs(target, suites, pattern) if target.kind == "git" and locked is None else []
+            env = environment_for(config, target, early, log=progress.note, lock=locked)
     except builds.BuildError as exc:  # a commit that does not build gives error results, not a stopped run
         return builds.failed_outcome(config, _open_store(config), target, exc, suites, suite_specs, pattern, command)
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root(config)))
@@ -276,7 +292,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         if extra and target.kind != "current":
             progress.note(f"the workloads also need {', '.join(extra)}")
             with _timed(timings, "environment"):
-                env = environment_for(config, target, extra, log=progress.note)
+                env = environment_for(config, target, [*early, *extra], log=progress.note)
             executor.close()
             executor = _executor(config, env, scratch)
         outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner, timings=timings)
