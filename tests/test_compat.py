@@ -245,6 +245,16 @@ def test_cli_exit_codes_and_reports(project, tmp_path):
     assert nothing.returncode == 2 and "not a pass" in nothing.stderr and "Traceback" not in nothing.stderr
 
 
+def test_a_format_a_version_lacks_is_skipped_with_its_reason_in_the_runs_output(project):
+    """compatfw 2.0 dropped `text`: Legacy's run saves json and shows why text was not saved."""
+    done = subprocess.run([sys.executable, "-m", "modelci.cli", "run", "--target", str(project["v2"]), "--suite",
+                           str(project["current"]), "-k", "Legacy"], cwd=project["root"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if "format text of compatsuite/Legacy" in line)
+    assert "skipped" in line and "text" in line.split("skipped", 1)[1]
+
+
 # -- pieces, without environments -----------------------------------------------------------------
 
 

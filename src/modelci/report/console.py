@@ -122,7 +122,19 @@ def render_run(outcome: Any, out: Console) -> None:
         )
     out.print(table)
     render_baseline_rules(outcome.comparisons, out)
+    render_saves(outcome.comparisons, out)
     render_problems(outcome.comparisons, out)
+
+
+def render_saves(comparisons: list[Any], out: Console) -> None:
+    """Each declared save format that was not saved, with the reason: a skipped format is never silent, since
+    compat has nothing to check for it."""
+    for comparison in comparisons:
+        result = comparison.result
+        for entry in result.info.get("saved", []) if not result.reused else []:
+            if entry.get("status") != "ok":
+                out.print(f"[yellow]format {escape(entry.get('format', '?'))} of {escape(result.workload)} "
+                          f"{escape(entry.get('status', '?'))}[/]: {escape(str(entry.get('reason', '')))}")
 
 
 def render_baseline_rules(comparisons: list[Any], out: Console) -> None:
