@@ -127,12 +127,12 @@ def render_run(outcome: Any, out: Console) -> None:
 
 
 def render_saves(comparisons: list[Any], out: Console) -> None:
-    """Each declared save format that was not saved, with the reason: a skipped format is never silent, since
-    compat has nothing to check for it."""
+    """Each declared save format that was skipped, with the reason (failed saves are among the problems): a
+    skipped format is never silent, since compat has nothing to check for it."""
     for comparison in comparisons:
         result = comparison.result
         for entry in result.info.get("saved", []) if not result.reused else []:
-            if entry.get("status") != "ok":
+            if entry.get("status") == "skipped":
                 out.print(f"[yellow]format {escape(entry.get('format', '?'))} of {escape(result.workload)} "
                           f"{escape(entry.get('status', '?'))}[/]: {escape(str(entry.get('reason', '')))}")
 
