@@ -268,3 +268,26 @@ def test_a_git_targets_first_environment_already_holds_the_suites_pins(tmp_path,
     assert list(outcome.results[0].outputs["y"]) == [1.0]
     assert log.count("building environment") == 1, log
     assert "fakedep==2.0" not in "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.lock") if p.is_file())
+
+
+def test_lineage_orders_commits_by_the_graph_and_releases_by_version(tmp_path):
+    from modelci.lineage import NEWER, OLDER, SAME, UNORDERED, Lineage
+
+    repo = TinyRepo(tmp_path / "repo")
+    a = repo.commit("a")
+    b = repo.commit("b", note="b")
+    repo.git("checkout", "-q", "-b", "side", a)
+    c = repo.commit("c", note="c")
+    lineage = Lineage(tmp_path / "cache")
+
+    def commit(sha: str, **more) -> dict:
+        return {"commit": sha, "repo": str(repo.path), "version": f"0.1.0+g{sha[:12]}", **more}
+
+    assert lineage.relation(commit(a), commit(b)) == OLDER and lineage.relation(commit(b), commit(a)) == NEWER
+    assert lineage.relation(commit(b), commit(c)) == UNORDERED  # diverging branches
+    assert lineage.relation(commit(a), commit(a)) == SAME
+    # a commit whose repository is gone: only the versions are left, and they differ in the local label alone
+    gone = {"commit": "f" * 40, "repo": str(tmp_path / "gone"), "version": "0.1.0+gffffffffffff"}
+    assert lineage.relation(gone, commit(b)) == UNORDERED
+    assert lineage.relation({"version": "1.9"}, {"version": "1.10"}) == OLDER
+    assert lineage.relation({"version": "0.1.0"}, commit(b)) == UNORDERED

@@ -58,6 +58,7 @@ class Lineage:
         self.cache_dir = cache_dir
         self._repos: dict[str, Any] = {}
         self._known: dict[tuple[str, str], bool] = {}
+        self._graphs: dict[tuple[str, str, str], str | None] = {}
 
     def relation(self, a: dict[str, Any], b: dict[str, Any]) -> str:
         """OLDER when `a` came before `b`, NEWER after it, SAME for one build, UNORDERED when history cannot
@@ -66,7 +67,10 @@ class Lineage:
             return SAME
         repo = repo_of(a)
         if repo is not None and repo == repo_of(b):
-            graph = self._graph(repo, a["commit"], b["commit"])
+            key = (repo, a["commit"], b["commit"])
+            if key not in self._graphs:  # one question per pair of commits, however many models they saved
+                self._graphs[key] = self._graph(*key)
+            graph = self._graphs[key]
             if graph is not None:
                 return graph
         va, vb = version_of(a), version_of(b)
