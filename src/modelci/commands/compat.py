@@ -37,14 +37,11 @@ def main(args, cfg) -> int:
 
     from modelci import compat
     from modelci.commands.run import _bisect_alarms, bisect_plan
-    from modelci.errors import UserError
     from modelci.report import compat_report
     from modelci.report import console as views
     from modelci.store import Store
 
-    chain = bisect_plan(args, args.target)
-    if chain is not None and not args.alarms:
-        raise UserError("--bisect-on-alarm follows the alarms the check opens; drop --no-alarms")
+    chain = bisect_plan(args, args.target)  # refuses --bisect-on-alarm with --no-alarms, or without a git target
     store = Store.from_config(cfg)
     outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
                            direction=args.direction, progress=views.Progress(quiet=args.quiet), store=store)
