@@ -374,7 +374,7 @@ def _declared_name(node: Any) -> str:
     return node.name
 
 
-def declared_needs(suites: dict[str, Path], pattern: str | None = None) -> list[str]:
+def declared_needs(suites: dict[str, Path], pattern: str | None = None, provided: tuple[str, ...] = ()) -> list[str]:
     """What the selected workloads of the suites need besides the target, read from their source without
     importing it: each workload class's literal `requires` and the distributions of its `framework`, following
     class attributes through base classes (a `_Base` in the file, or one in a `_*.py` helper of the suite).
@@ -382,13 +382,14 @@ def declared_needs(suites: dict[str, Path], pattern: str | None = None) -> list[
     A git target's first environment gets these, so that the suite's pins are in it before discovery: a package
     that depends on `torch` must not pull a default torch build first when the suite pins `torch==2.13.0`, only
     to be replaced in a second environment once discovery names the pin. What cannot be read statically (a
-    computed `requires`) is still found by discovery and added then.
+    computed `requires`) is still found by discovery and added then. `provided`: the distributions the target
+    itself is (a framework built from source needs no release of itself).
     """
     import ast
     import fnmatch
 
     from modelci.workload.child import helper_files, suite_files
-    from modelci.workflow import FRAMEWORK_DISTS
+    from modelci.workflow import framework_requirements
 
     def literal(node: Any) -> Any:
         try:
@@ -436,6 +437,6 @@ def declared_needs(suites: dict[str, Path], pattern: str | None = None) -> list[
             requires = lookup(name, "requires")
             framework = lookup(name, "framework")
             wanted = [r for r in requires if isinstance(r, str)] if isinstance(requires, (list, tuple)) else []
-            wanted += FRAMEWORK_DISTS.get(framework if isinstance(framework, str) else "numpy", [])
+            wanted += framework_requirements(framework if isinstance(framework, str) else "numpy", provided)
             needs += [r for r in wanted if r not in needs]
     return needs

@@ -140,7 +140,7 @@ def _static_needs(target: targets.Target, suites: dict[str, Path], pattern: str 
     """The selected workloads' declared needs (builds.declared_needs), less what names the target itself."""
     own = canonicalize_name(target.name)
     found = []
-    for text in builds.declared_needs(suites, pattern):
+    for text in builds.declared_needs(suites, pattern, provided=(own,)):
         try:
             if canonicalize_name(Requirement(text).name) != own:
                 found.append(text)
