@@ -304,3 +304,15 @@ def test_a_runs_one_sample_memory_difference_alarms_only_past_a_calibrated_noise
     # 3 x 3% = 9% < 25%: past the floor; 3 x 10% = 30%: within it; uncalibrated: waits for a confirmation
     assert (peak.verdict == "regression" and peak.gating) is opened
     assert [(e.event, e.alarm.metric) for e in outcome.alarms.events] == ([("open", "mem.peak_rss")] if opened else [])
+
+
+def test_two_passes_confirm_each_other_only_when_their_ratios_agree_within_the_factor():
+    from modelci.checks import Finding
+    from modelci.workflow import passes_apart
+
+    def faster(ratio: float) -> Finding:
+        return Finding("timing", "time.train", "improvement", {"ratio": ratio, "factor": 1.1})
+
+    assert passes_apart(faster(0.83), faster(0.87)) is None  # the same difference, measured twice
+    why = passes_apart(faster(0.84), faster(0.38))  # as a loaded runner measured DCGANMini's train step
+    assert why is not None and "2.21x apart" in why and "factor 1.1" in why

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import fnmatch
+import math
 import shutil
 import sysconfig
 import tempfile
@@ -583,6 +584,20 @@ def confirmable(finding: checks.Finding) -> bool:
     return finding.gating or bool(finding.numbers.get("needs_confirmation"))
 
 
+def passes_apart(first: checks.Finding, second: checks.Finding) -> str | None:
+    """Why two passes that found a difference the same way still do not confirm each other: their ratios lie
+    further apart than the factor the check judges by, so the run-to-run noise is as large as the difference it
+    claims (on a loaded runner one pass saw a train step at 0.84x, the next at 0.38x). None when they agree."""
+    one, two, factor = first.numbers.get("ratio"), second.numbers.get("ratio"), first.numbers.get("factor")
+    if not all(isinstance(v, (int, float)) and v > 0 and math.isfinite(v) for v in (one, two, factor)):
+        return None
+    spread = max(one, two) / min(one, two)
+    if spread <= factor:
+        return None
+    return (f"the two passes' ratios {one:.2f}x and {two:.2f}x are {spread:.2f}x apart, more than the factor "
+            f"{factor:g}: the difference is within the noise between runs")
+
+
 def confirm_verdicts(config: Config, store: Store, spec_a: str, spec_b: str, suite_specs: list[str],
                      comparison: Comparison, progress: Any, command: str) -> None:
     """Re-run one workload on both sides, B first, and keep a timing or memory verdict only if the fresh pair
@@ -619,7 +634,9 @@ def confirm_verdicts(config: Config, store: Store, spec_a: str, spec_b: str, sui
         if id(finding) not in flagged_ids:
             continue
         check = second.get(finding.metric)
-        confirmed = check is not None and check.verdict == finding.verdict
+        same_way = check is not None and check.verdict == finding.verdict
+        apart = passes_apart(finding, check) if same_way else None
+        confirmed = same_way and apart is None
         numbers = dict(finding.numbers, confirmation={"confirmed": confirmed, **(check.numbers if check else {}),
                                                       "result_ids": results})
         first = finding.numbers.get("reason", "")
@@ -628,6 +645,8 @@ def confirm_verdicts(config: Config, store: Store, spec_a: str, spec_b: str, sui
             numbers["reason"] = f"{first}; confirmed by a second run of both ({check.numbers.get('reason', '')})"
         else:
             seen = check.message if check else "the second run of both did not finish ok"
+            if apart is not None:
+                seen = f"{seen}; {apart}"
             message = f"{finding.message}; not confirmed by a second run of both ({seen}), so not counted"
             numbers["reason"] = f"not confirmed by a second run of both ({seen}), so not counted; first pass: {first}"
         # a confirmed difference gates as its check says, and a memory one that waited on the second pass gates now
