@@ -153,3 +153,8 @@ def equals_folder(tmp_path_factory, probe_cache):
 def test_a_suite_folder_named_with_an_equals_sign_works(equals_folder):
     assert equals_folder.done.returncode == 0, equals_folder.done.stderr
     equals_folder.check("bs=32/Model", "ok")
+
+
+def test_text_that_looks_like_an_emoji_code_is_printed_as_it_is(content):
+    assert "suite/names.py:Star: error" in content.done.stdout
+    assert "⭐" not in content.done.stdout

@@ -27,7 +27,8 @@ def console(stderr: bool = False) -> Console:
     # in a CI log there is no terminal width: use a wide one rather than cutting workload names
     width = None if stream.isatty() else 160
     # soft wrap: a message in a log stays one line, whatever its length, so grep finds it whole
-    return Console(stderr=stderr, highlight=False, width=width, soft_wrap=width is not None)
+    # no emoji codes: escape() leaves them, and a workload id or message holding `:star:` must print as it is
+    return Console(stderr=stderr, highlight=False, emoji=False, width=width, soft_wrap=width is not None)
 
 
 class Progress:
