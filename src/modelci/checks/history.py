@@ -697,16 +697,20 @@ def _segment(x: np.ndarray, penalty: float, min_size: int) -> list[int]:
 
 
 def _drop_trend_spikes(x: np.ndarray, sd: float, min_size: int) -> np.ndarray:
-    """_drop_spikes for series with trends: a spike must also stand SPIKE sds off the line through its two
-    neighbours (extrapolated at the ends). A local median lags a steep trend, most at the ends of the series,
-    where it would flatten the last points of a drift into a step of their own."""
+    """_drop_spikes for series with trends: in the first and last ``min_size`` points a spike must also stand
+    SPIKE sds off the line through its two neighbours (extrapolated at the ends). There the local median lags a
+    steep trend and would flatten the last points of a drift into a step of their own; inside, the centred median
+    follows a straight trend exactly."""
     if len(x) < 2 * min_size + 1:
         return x
     cleaned = _drop_spikes(x, sd, min_size)
     line = np.empty_like(x)
     line[1:-1] = (x[:-2] + x[2:]) / 2
     line[0], line[-1] = 2 * x[1] - x[2], 2 * x[-2] - x[-3]
-    return np.where(np.abs(x - line) > SPIKE * sd, cleaned, x)
+    # inside, the centred median follows a straight trend exactly; only the ends need the line
+    off = np.abs(x - line) > SPIKE * sd
+    off[min_size:-min_size] = True
+    return np.where(off, cleaned, x)
 
 
 def _drop_spikes(x: np.ndarray, sd: float, min_size: int) -> np.ndarray:
