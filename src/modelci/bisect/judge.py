@@ -51,37 +51,63 @@ class Criterion:
 
 
 def choose(good: Result, bad: Result, policy: Callable[[str], checks.Policy], check: str | None,
-           good_label: str, bad_label: str) -> Criterion:
+           good_label: str, bad_label: str, bad_word: str = "bad") -> Criterion:
     """The criterion for this bisect: the check asked for, or the first in CHECKS that fails between the ends.
 
+    Only gating findings count, with `--check` as without: a report-only finding (a one-sample `time.setup`, a
+    user metric) is not a regression to bisect. For timing and memory the bisect follows the one metric that
+    moved most, so that a second metric that barely passed the factor cannot turn probes bad on its own.
     Raises BisectRefused when the good end is not good or the bad end is not bad for that check.
+
+    With `--improvement` the caller passes the ends swapped (the newer, better end as `good`, the reference):
+    the older end then "regresses" against the newer one by the same checks and the same rules.
     """
     if check is not None and check not in CHECKS:
         raise UserError(f"--check {check!r} is not one of {', '.join(CHECKS)}")
     if good.status != "ok":
-        raise BisectRefused(f"the good end {good_label} is not good: {good.workload} is {good.status}"
+        raise BisectRefused(f"{good_label} is not good: {good.workload} is {good.status}"
                             f"{' (' + good.reason.splitlines()[0] + ')' if good.reason else ''}; pick a commit "
                             "where it passes")
     if bad.status in ("error", "skipped"):
-        raise BisectRefused(f"the bad end {bad_label} cannot be tested: {bad.workload} is {bad.status} "
+        raise BisectRefused(f"{bad_label} cannot be tested: {bad.workload} is {bad.status} "
                             f"({bad.reason.splitlines()[0] if bad.reason else 'no reason given'}); pick a bad end "
                             "that builds and runs")
     findings = [f for f in checks.evaluate(bad, good, policy) if f.verdict == "regression"]
+    gating = [f for f in findings if f.gating and f.check in CHECKS]
     if check is None:
-        gating = [f for f in findings if f.gating and f.check in CHECKS]
         if not gating:
-            raise BisectRefused(f"the bad end {bad_label} is not bad: no check fails for {bad.workload} between "
-                                f"{good_label} and {bad_label}; nothing to bisect")
+            raise BisectRefused(f"{bad_label} is not {bad_word}: no check fails for {bad.workload} between "
+                                f"{good_label} and {bad_label}" + _report_only(findings) + "; nothing to bisect")
         check = min(gating, key=lambda f: CHECKS.index(f.check)).check
-        findings = gating
-    failing = [f for f in findings if f.check == check]
+    failing = [f for f in gating if f.check == check]
     if not failing:
-        raise BisectRefused(f"the bad end {bad_label} is not bad for the {check} check: {bad.workload} passes it "
-                            f"against {good_label}" + _other_failures(findings))
+        raise BisectRefused(f"{bad_label} is not {bad_word} for the {check} check: {bad.workload} passes it "
+                            f"against {good_label}" + _report_only([f for f in findings if f.check == check])
+                            + _other_failures(gating))
+    if check in NOISY:
+        failing = [max(failing, key=lambda f: _moved(f.numbers.get("ratio")))]
     metrics = sorted({f.metric for f in failing})
     ratios = [f.numbers["ratio"] for f in failing if f.numbers.get("ratio")]
     return Criterion(check, metrics, good, policy, "; ".join(f.message for f in failing),
                      ratio=min(ratios) if ratios else None)
+
+
+def _moved(ratio: Any) -> float:
+    """How far a ratio of medians is from 1, either way (a memory or timing ratio below 1 moved too)."""
+    try:
+        value = float(ratio)
+    except (TypeError, ValueError):
+        return 0.0
+    return max(value, 1.0 / value) if value > 0 else 0.0
+
+
+def _report_only(findings: list[Any]) -> str:
+    """Why the findings that did fail do not count: they are report-only (with the policy's reason)."""
+    quiet = [f for f in findings if not f.gating and f.verdict == "regression"]
+    if not quiet:
+        return ""
+    return (" (report-only, not gating: " + "; ".join(f.message for f in quiet[:3])
+            + (f"; {len(quiet) - 3} more" if len(quiet) > 3 else "") + ")")
 
 
 def split(criterion: Criterion, ratio: float | None = None) -> None:
@@ -145,5 +171,5 @@ def _midway(policy: Callable[[str], checks.Policy], check: str, middle: float) -
 
 
 def _other_failures(findings: list[Any]) -> str:
-    others = sorted({f.check for f in findings if f.gating})
+    others = sorted({f.check for f in findings if f.gating}, key=CHECKS.index)
     return f" (it fails {', '.join(others)}; pass --check {others[0]})" if others else ""

@@ -17,6 +17,7 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
+from urllib.request import url2pathname
 
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename
 from packaging.utils import parse_wheel_filename
@@ -86,15 +87,43 @@ def _from_files(files: list[str], target: str) -> set[Version]:
 
 
 def _list_location(link: str) -> list[str]:
-    """File names in a find-links folder or page."""
+    """File names in a find-links folder or page (a local HTML file counts as a page, as pip reads it)."""
     if "://" not in link or link.startswith("file://"):
-        folder = Path(urlsplit(link).path if link.startswith("file://") else link)
-        return os.listdir(folder) if folder.is_dir() else []
+        folder = Path(url2pathname(urlsplit(link).path) if link.startswith("file://") else link)
+        if folder.is_dir():
+            return os.listdir(folder)
+        return _local_page(folder, folder.as_uri()) if folder.is_file() else []
     return _simple_page(link)
 
 
+def _local_page(path: Path, url: str) -> list[str]:
+    """File names on a simple-API page stored as a file (JSON or HTML, by its content)."""
+    try:
+        body = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"package index page {path} cannot be read: {exc.strerror or exc}") from None
+    if body.lstrip().startswith("{"):
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise UserError(f"package index page {path} is neither a PEP 503 HTML page nor PEP 691 JSON") from None
+        return [f["filename"] for f in data.get("files", []) if not f.get("yanked")]
+    parser = _Links(url)
+    parser.feed(body)
+    return parser.files
+
+
 def _simple_page(url: str) -> list[str]:
-    """File names on one simple-API page (JSON or HTML); a page that is missing lists nothing."""
+    """File names on one simple-API page (JSON or HTML); a page that is missing lists nothing.
+
+    A `file://` index is a folder of pages, as pip reads it: the page of a project folder is its `index.html`,
+    and a project without a folder there has no releases in that index (not an error).
+    """
+    if url.startswith("file:"):
+        path = Path(url2pathname(urlsplit(url).path))
+        if path.is_dir():
+            path = path / "index.html"
+        return _local_page(path, path.as_uri()) if path.is_file() else []
     request = urllib.request.Request(url, headers={"Accept": _ACCEPT})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
