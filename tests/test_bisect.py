@@ -291,3 +291,115 @@ def test_release_list_from_a_simple_index_skips_yanked_files(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- which metric a bisect follows -------------------------------------------------------------------------
+
+
+def _timed(setup: float, infer: list[float], status: str = "ok"):
+    from modelci.records import Metric, Result
+
+    return Result(workload="suite/Model", status=status,
+                  metrics={"time.setup": Metric("time.setup", "samples", [setup], "s"),
+                           "time.infer": Metric("time.infer", "samples", infer, "s")})
+
+
+def test_a_timing_bisect_follows_the_gating_metric_that_moved_most():
+    from modelci.bisect.judge import choose
+
+    good = _timed(0.01, [0.010, 0.011, 0.0105, 0.0102, 0.0108, 0.0101])
+    # time.setup moved 80x on one sample (report-only), time.infer 50x on six samples each
+    bad = _timed(0.80, [0.50, 0.52, 0.51, 0.505, 0.515, 0.50])
+    from modelci.checks import Policy
+
+    def policy(metric):
+        return Policy()
+
+    for check in ("timing", None):
+        criterion = choose(good, bad, policy, check, "the good end A", "the bad end B")
+        assert criterion.check == "timing" and criterion.metrics == ["time.infer"], check
+        assert criterion.ratio > 40
+
+    # only the report-only metric moved: with --check timing that is not a regression to bisect either
+    quiet = _timed(0.80, [0.010, 0.0104, 0.0103, 0.0106, 0.0101, 0.0109])
+    with pytest.raises(BisectRefused, match="report-only, not gating: time.setup .*too few samples"):
+        choose(good, quiet, policy, "timing", "the good end A", "the bad end B")
+
+
+def test_with_several_gating_timings_the_bisect_follows_the_one_that_moved_most():
+    from modelci.bisect.judge import choose
+    from modelci.checks import Policy
+    from modelci.records import Metric, Result
+
+    def result(train, infer):
+        return Result(workload="suite/Model", status="ok",
+                      metrics={"time.train_step": Metric("time.train_step", "samples", train, "s"),
+                               "time.infer": Metric("time.infer", "samples", infer, "s")})
+
+    base = [0.010, 0.011, 0.0105, 0.0102, 0.0108, 0.0101]
+    good, bad = result(base, base), result([v * 1.6 for v in base], [v * 9 for v in base])
+    criterion = choose(good, bad, lambda metric: Policy(), "timing", "the good end A", "the bad end B")
+    assert criterion.metrics == ["time.infer"] and 8 < criterion.ratio < 10
+
+
+# --- file:// indexes ---------------------------------------------------------------------------------------
+
+
+def test_a_file_index_is_read_as_pip_reads_it(tmp_path):
+    simple = tmp_path / "simple"
+    (simple / "fakefw").mkdir(parents=True)
+    (simple / "fakefw" / "index.html").write_text(
+        '<html><body><a href="../../files/fakefw-1.0-py3-none-any.whl#sha256=00">x</a>'
+        '<a href="../../files/fakefw-1.1.tar.gz">x</a>'
+        '<a href="../../files/fakefw-1.2-py3-none-any.whl" data-yanked="">x</a></body></html>')
+    wheels = tmp_path / "wheels"
+    build_fake_wheel(wheels, "otherpkg", "2.0", {"otherpkg/__init__.py": ""})
+    index = envs.IndexConfig(index_url=simple.as_uri(), extra_index_urls=[(tmp_path / "more").as_uri()],
+                             find_links=[str(wheels)])
+    assert [str(v) for v in releases.versions("FakeFW", index)] == ["1.0", "1.1"]
+    # otherpkg has no folder in either index (one of them does not even exist): no releases there, not an error
+    assert [str(v) for v in releases.versions("otherpkg", index)] == ["2.0"]
+    with pytest.raises(UserError, match="no release of 'nothere' found"):
+        releases.versions("nothere", index)
+
+
+# --- reports and the other direction -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_every_probe_has_its_subject_and_reused_ones_their_run_id(history):
+    first = run_bisect(history, "SavedModel", good=history["c"]["c5"], first_parent=True)
+    again = run_bisect(history, "SavedModel", good=history["c"]["c5"], first_parent=True)
+
+    assert [p.item for p in again.probes] == [p.item for p in first.probes]
+    assert all(p.reused for p in again.probes), "the same bisect again takes every probe from the history"
+    assert [p.run_id for p in again.probes] == [p.run_id for p in first.probes]
+    assert all(p.run_id is not None for p in again.probes)
+    for probe in again.probes:
+        subject = next(k for k, v in history["c"].items() if v == probe.item)
+        assert probe.label.startswith(probe.item[:10] + " ") and len(probe.label) > 11, subject
+    assert {p["label"] for p in again.to_json()["probes"]} == {p.label for p in again.probes}
+
+
+@pytest.mark.slow
+def test_an_improvement_is_bisected_to_the_commit_that_made_it(tmp_path):
+    repo = FakeRepo(tmp_path / "repo")
+    shas = repo.history(8, culprit=5, delay=0.002)  # commit 5 makes the kernel 10x faster
+    suite = write_suite(tmp_path / "suite")
+    cfg = config_module.load(config_file=write_project(tmp_path / "project", tmp_path / "cache"))
+    with offline_environment():
+        with pytest.raises(BisectRefused, match="the bad end .* is not bad for the timing check"):
+            bisect(cfg, [str(suite)], "Slow", repo=str(repo.path), good=shas[0], bad=shas[-1], check="timing",
+                   build="pythonpath", log=lambda line: None)
+        result = bisect(cfg, [str(suite)], "Slow", repo=str(repo.path), good=shas[0], bad=shas[-1],
+                        build="pythonpath", improvement=True, log=lambda line: None)
+        with pytest.raises(BisectRefused, match="the older end .* is not worse than the newer end"):
+            bisect(cfg, [str(suite)], "Slow", repo=str(repo.path), good=shas[5], bad=shas[-1],
+                   build="pythonpath", improvement=True, log=lambda line: None)
+
+    assert result.status == "found" and result.direction == "improvement" and result.check == "timing"
+    assert result.culprit.item == shas[5] and result.last_good.item == shas[4]
+    assert result.message.startswith("first improved: ") and result.confirmation["confirmed"]
+    assert result.confirmation["numbers"]["ratio"] > 3, "the last old commit is slower than the first new one"
+    assert {p.verdict for p in result.probes} <= {"old", "new", "skip"}
+    assert within_cost_target(result)

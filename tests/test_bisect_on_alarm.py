@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from fakerepo import FakeRepo, offline_environment, write_project, write_suite
+from fakerepo import FakeRepo, broken_pyproject, offline_environment, write_project, write_suite
 from test_notify import WEBHOOK, Receiver
 
 from modelci import cli
@@ -30,7 +30,7 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
     with offline_environment():
         yield {"repo": str(repo.path), "shas": shas, "suite": str(suite), "config": str(config),
-               "receiver": receiver, "root": tmp_path}
+               "receiver": receiver, "root": tmp_path, "fake": repo}
     receiver.close()
 
 
@@ -129,3 +129,29 @@ def test_bisect_on_alarm_with_jobs_probes_two_commits_a_round_and_finds_the_same
         per_round[probe["round"]] = per_round.get(probe["round"], 0) + 1
     assert max(per_round.values()) == 2  # two probes ran in one round
     assert result["rounds"] <= 2  # 5 candidates cut in three parts a round
+
+
+def test_a_commit_that_does_not_build_opens_a_build_alarm_that_recovers_when_one_builds(project):
+    shas, receiver, fake = project["shas"], project["receiver"], project["fake"]
+    assert run(project, shas[5]) == 0
+    broken = [fake.commit(f"Move the packaging, part {k}", pyproject=broken_pyproject()) for k in (1, 2)]
+    store = Store.from_config(config_module.load(config_file=project["config"]))
+
+    assert run(project, broken[0]) == 1
+    alarms = lifecycle.list_alarms(store)
+    assert [(a.check, a.kind, a.state) for a in alarms] == [("build", "build", "open")], \
+        "one build alarm, not a status alarm per workload"
+    build = alarms[0]
+    assert build.workload == "(build)/repo [pythonpath]" and broken[0][:12] in build.message
+    opened = receiver.posts[-1]["modelci"]["events"]
+    assert [e["event"] for e in opened] == ["open"] and "did not build" in receiver.posts[-1]["text"]
+
+    posts = len(receiver.posts)
+    assert run(project, broken[1]) == 1  # still broken: the same alarm counts it, nobody is told twice
+    again = lifecycle.get_alarm(store, build.id)
+    assert again.count == 2 and not again.recovered and len(receiver.posts) == posts
+
+    fixed = fake.commit("Fix the packaging", note="fixed")
+    assert run(project, fixed) == 0
+    assert lifecycle.get_alarm(store, build.id).recovered
+    assert [e["event"] for e in receiver.posts[-1]["modelci"]["events"]] == ["recovered"]

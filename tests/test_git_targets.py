@@ -53,21 +53,28 @@ def test_pythonpath_target_imports_the_package_from_the_checkout(project):
     assert target.version == f"1.0+g{target.commit[:12]}"
     assert [r.status for r in outcome.results] == ["ok"]
     assert list(outcome.results[0].outputs["y"]) == [0.75, -1.875, 3.0]  # scale 1.5: the checkout's code ran
-    where = subprocess.run([str(outcome.environment.python), "-c", "import fakefw; print(fakefw.__file__)"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    assert where == str(project["cache"] / "worktrees" / target.commit / "fakefw" / "__init__.py")
+    # the environment holds the dependencies; the checkout and the package's metadata go on the path
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(outcome.environment.paths))
+    where = subprocess.run([str(outcome.environment.python), "-c", "import fakefw, importlib.metadata as m; "
+                            "print(fakefw.__file__); print(m.version('fakefw'))"],
+                           capture_output=True, text=True, check=True, env=env).stdout.split()
+    assert where == [str(project["cache"] / "worktrees" / target.commit / "fakefw" / "__init__.py"), target.version]
+    alone = subprocess.run([str(outcome.environment.python), "-c", "import fakefw"], capture_output=True)
+    assert alone.returncode != 0, "the shared environment itself does not hold any commit's package"
     # the history records the commit, its date and subject
     stored = Store(project["cfg"].db, project["cfg"].artifacts).run(outcome.run_id).row.target
     assert (stored.commit, stored.subject) == (target.commit, "Scale the output layer")
 
 
-def test_each_commit_gets_its_own_environment(project):
+def test_commits_with_the_same_dependencies_share_one_environment(project):
     repo = str(project["repo"].path)
     a = workflow.run(project["cfg"], targets.git_spec(repo, project["shas"]["good"], "pythonpath"),
                      [str(project["suite"])], "Numeric")
     b = workflow.run(project["cfg"], targets.git_spec(repo, project["shas"]["scaled"], "pythonpath"),
                      [str(project["suite"])], "Numeric")
-    assert a.environment.id != b.environment.id
+    assert a.environment.id == b.environment.id and a.environment.path == b.environment.path
+    assert a.environment.paths != b.environment.paths, "each run puts its own commit on the path"
+    assert a.target.version != b.target.version
     assert list(a.results[0].outputs["y"]) == [0.5, -1.25, 2.0]
     assert b.comparisons[0].baseline.id == a.results[0].id, "the earlier commit is the baseline"
     assert any(f.check == "precision" and f.verdict == "regression" for f in b.comparisons[0].findings)
@@ -78,22 +85,40 @@ def test_wheel_build_is_cached_by_commit_and_valid_only_when_complete(project):
                              cache_dir=project["cache"])
     python = project["cfg"].python
     lines = []
-    [wheel] = builds.prepare(target, project["cache"], python=python, index=envs.IndexConfig.from_pip(),
-                             log=lines.append)
-    assert Path(wheel).name == "fakefw-1.0-py3-none-any.whl" and target.version == "1.0"
+    requires = builds.prepare(target, project["cache"], python=python, index=envs.IndexConfig.from_pip(),
+                              log=lines.append)
+    folder, _ = builds.build_dir(target, project["cache"], python)
+    assert (folder / "fakefw-1.0-py3-none-any.whl").is_file() and target.version == "1.0"
     assert any(line.startswith("building commit") for line in lines)
+    # only modules and metadata: unpacked beside it and put on the path; the environment holds its dependencies
+    assert requires == [] and target.paths == [str(folder / "site")]
+    assert (folder / "site" / "fakefw" / "__init__.py").is_file()
+    assert (folder / "site" / "fakefw-1.0.dist-info" / "METADATA").is_file()
 
     lines.clear()
-    assert builds.prepare(target, project["cache"], python=python, log=lines.append) == [wheel]
+    assert builds.prepare(target, project["cache"], python=python, log=lines.append) == requires
     assert lines == [], "a cached build is not built again"
 
     # a build folder without its build.json (a killed build) is not taken for a build
-    folder, _ = builds.build_dir(target, project["cache"], python)
     (folder / "build.json").unlink()
     assert not builds.is_built(target, project["cache"], python)
     builds.prepare(target, project["cache"], python=python, log=lines.append)
     assert any(line.startswith("building commit") for line in lines)
     assert json.loads((folder / "build.json").read_text())["commit"] == target.commit
+
+
+def test_a_wheel_is_unpacked_onto_the_path_only_when_that_is_all_installing_it_does(tmp_path):
+    modules = {"pkg/__init__.py": "X = 1\n"}
+    plain = builds.write_wheel(tmp_path, "pkg", "1.0", modules,
+                               ["numpy>=1.0", "torch; python_version >= '3.8'", "pytest; extra == 'test'"])
+    assert builds._unpack(plain, tmp_path / "plain") == {
+        "unpacked": True, "requires": ["numpy>=1.0", "torch; python_version >= '3.8'"]}
+    assert (tmp_path / "plain" / "pkg" / "__init__.py").read_text() == "X = 1\n"
+    (tmp_path / "other").mkdir()
+    scripts = builds.write_wheel(tmp_path / "other", "pkg", "1.0", {**modules, "pkg-1.0.data/scripts/pkg": "#!x"})
+    pth = builds.write_wheel(tmp_path / "other", "pkg", "2.0", {**modules, "pkg.pth": "import pkg\n"})
+    for wheel in (scripts, pth):
+        assert builds._unpack(wheel, tmp_path / "no") == {} and not (tmp_path / "no").exists(), wheel.name
 
 
 def test_a_commit_that_does_not_build_gives_error_results_not_a_stopped_run(project):

@@ -2,10 +2,18 @@
 
 Three strategies, named by `BuildPlan`:
 - `wheel` (default): a PEP 517 build with `uv build --wheel`, from the indexes the user's pip config names;
-- `pythonpath`: no build. A tiny generated wheel carries the package's name, version (`1.0+g<sha>`) and static
-  dependencies plus a `.pth` file pointing at the checkout, so the environment holds the dependencies while the
-  package itself is imported from the checkout. Each commit costs a checkout and a few KiB;
+- `pythonpath`: no build. The environment holds only the package's static dependencies, so every commit that
+  declares the same ones shares one environment (and one warm worker); the checkout (`src/` or the given folder)
+  and a folder holding the package's metadata (`<name>-<version>+g<sha>.dist-info`, so that
+  `importlib.metadata` still finds it) go on each process's path (`Target.paths`). Each commit costs a checkout
+  and a few KiB; a tiny wheel with the same metadata and a `.pth` file is kept beside them for who wants to
+  install the commit by hand;
 - a custom command run in the checkout, which must leave a wheel in `$MODELCI_DIST_DIR` (or `dist/`).
+
+A built wheel that holds only modules and metadata is also unpacked into the build folder (`site/`), and the
+environment holds only its dependencies, with that folder on the path: as with pythonpath, the commits that
+declare the same dependencies share one environment and one warm worker. A wheel that carries more (scripts,
+data files, a `.pth` file) is installed as it is.
 
 Built wheels are cached by commit and plan in `<cache_dir>/builds/<key>/`, written to a temporary folder and
 renamed into place only after a successful build. A failed build leaves `<key>.failed.json` with its log tail,
@@ -15,6 +23,7 @@ which bisect reads so that a resumed search does not build a broken commit again
 from __future__ import annotations
 
 import base64
+import email.parser
 import fcntl
 import hashlib
 import json
@@ -27,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -36,7 +46,9 @@ from modelci.gitrepo import GitRepo
 from modelci.projectmeta import PROJECT_FILES
 
 #: bump when the layout of a build folder changes: old builds are then built again
-BUILD_SCHEMA = 1
+BUILD_SCHEMA = 2
+#: pythonpath builds: the folder beside the wheel that holds the package's dist-info, put on the path
+METADATA_DIR = "site"
 BUILD_TIMEOUT = 3600.0
 LOG_TAIL_CHARS = 3000
 
@@ -112,7 +124,9 @@ def prepare(target: Any, cache_dir: Path | str, *, python: str, index: Any = Non
             log: Callable[[str], object] = print) -> list[str]:
     """Build a git target (or take its cached build) and return the requirements that install it.
 
-    Sets the target's name and version from what was built. Raises BuildError when the commit does not build.
+    Sets the target's name and version from what was built. A pythonpath build returns the package's
+    dependencies and sets `target.paths`, the folders each process puts first on its path (the checkout and the
+    package's metadata). Raises BuildError when the commit does not build.
     """
     folder, plan = build_dir(target, cache_dir, python)
     done = _load(folder)
@@ -125,6 +139,12 @@ def prepare(target: Any, cache_dir: Path | str, *, python: str, index: Any = Non
     wheel = folder / done["wheel"]
     name, version, _, _ = parse_wheel_filename(wheel.name)
     target.name, target.version = canonicalize_name(name), str(version)
+    if plan.strategy == "pythonpath":
+        target.paths = [done["path"], str(folder / METADATA_DIR)]
+        return list(done["requires"])
+    if done.get("unpacked"):
+        target.paths = [str(folder / METADATA_DIR)]
+        return list(done["requires"])
     return [str(wheel)]
 
 
@@ -133,7 +153,11 @@ def _load(folder: Path) -> dict[str, Any] | None:
         done = json.loads((folder / "build.json").read_text())
     except (OSError, ValueError):
         return None
-    return done if done.get("schema") == BUILD_SCHEMA and (folder / done["wheel"]).is_file() else None
+    if done.get("schema") != BUILD_SCHEMA or not (folder / done["wheel"]).is_file():
+        return None
+    if done.get("path") is not None and not Path(done["path"]).is_dir():
+        return None  # the checkout a pythonpath build points at was removed (`modelci env gc`): check it out again
+    return done
 
 
 def _build(target: Any, folder: Path, plan: BuildPlan, cache_dir: Path | str, python: str, index: Any,
@@ -152,12 +176,14 @@ def _build(target: Any, folder: Path, plan: BuildPlan, cache_dir: Path | str, py
                              f"{plan.subdirectory + '/' if plan.subdirectory else ''}pyproject.toml, setup.cfg or "
                              "setup.py; pass the project folder with #subdirectory= or build it with --build CMD")
         log(f"building {label} ({plan.text})")
+        extra: dict[str, Any] = {}
         if plan.strategy == "pythonpath":
-            wheel = _pythonpath_wheel(project, plan, target.commit, tmp, label, python)
+            wheel, extra = _pythonpath_build(project, plan, target.commit, tmp, label, python)
         else:
             wheel = _build_wheel(project, plan, target, tmp, cache_dir, python, index, label)
+            extra = _unpack(wheel, tmp / METADATA_DIR)
         done = {"schema": BUILD_SCHEMA, "commit": target.commit, "plan": plan.text, "wheel": wheel.name,
-                "python": python, "seconds": round(time.monotonic() - start, 3)}
+                "python": python, "seconds": round(time.monotonic() - start, 3), **extra}
         (tmp / "build.json").write_text(json.dumps(done, indent=1) + "\n")
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)  # the build becomes visible whole, or not at all
@@ -211,6 +237,36 @@ def _build_wheel(project: Path, plan: BuildPlan, target: Any, tmp: Path, cache_d
     return Path(shutil.move(str(wheels[0]), tmp / wheels[0].name))
 
 
+def _unpack(wheel: Path, site: Path) -> dict[str, Any]:
+    """Unpack a built wheel into `site` when that is all installing it would do, so that the commit can go on the
+    path of the environment of its dependencies, shared by the commits that declare the same ones (one
+    environment and one warm worker for a whole bisect, as with pythonpath builds). A wheel that carries more
+    than modules and metadata (a `.data` folder: scripts, headers, data files; or a `.pth` file, which works only
+    inside site-packages) is installed as it is instead; returns what build.json keeps."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        if any(n.split("/", 1)[0].endswith(".data") or ("/" not in n and n.endswith(".pth")) for n in names):
+            return {}
+        info = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+        if info is None:
+            return {}
+        metadata = email.parser.Parser().parsestr(archive.read(info).decode("utf-8", "replace"))
+        archive.extractall(site)
+    requires = []
+    for text in metadata.get_all("Requires-Dist") or []:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            return {}  # uv will say what is wrong with it when it installs the wheel itself
+        # what an extra asks for is not installed with the package; the rest (markers on the python version or
+        # the platform) uv judges for the environment's interpreter
+        if requirement.marker is not None and "extra" in str(requirement.marker):
+            if not requirement.marker.evaluate({"extra": ""}):
+                continue
+        requires.append(text)
+    return {"unpacked": True, "requires": requires}
+
+
 def _index_args(index: Any) -> list[str]:
     """The user's index options for `uv build`: `uv pip install`'s, less the runtime constraints."""
     if index is None:
@@ -226,8 +282,11 @@ def _index_args(index: Any) -> list[str]:
     return args
 
 
-def _pythonpath_wheel(project: Path, plan: BuildPlan, sha: str, tmp: Path, label: str, python: str) -> Path:
-    """A wheel holding only metadata and a `.pth` file that puts the checkout (or a folder of it) on the path.
+def _pythonpath_build(project: Path, plan: BuildPlan, sha: str, tmp: Path, label: str,
+                      python: str) -> tuple[Path, dict[str, Any]]:
+    """The package's metadata as a dist-info folder in `tmp/site`, and a wheel holding it and a `.pth` file that
+    puts the checkout (or a folder of it) on the path; returns the wheel and what build.json keeps: the folder
+    that goes on the path and the static dependencies the environment must hold.
 
     Its name is the project's own (`projectmeta`), so every commit of one project pairs up in compat, baselines
     and bisect; a project whose metadata names no package does not build, with the reason."""
@@ -247,7 +306,10 @@ def _pythonpath_wheel(project: Path, plan: BuildPlan, sha: str, tmp: Path, label
     dependencies = list(meta.dependencies)
     dist = canonicalize_name(name).replace("-", "_")
     files = {f"_modelci_checkout_{dist}.pth": f"{root.resolve()}\n"}
-    return write_wheel(tmp, name, f"{version}+g{sha[:12]}", files, dependencies)
+    wheel = write_wheel(tmp, name, f"{version}+g{sha[:12]}", files, dependencies)
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp / METADATA_DIR, [n for n in archive.namelist() if ".dist-info/" in n])
+    return wheel, {"path": str(root.resolve()), "requires": dependencies}
 
 
 def write_wheel(directory: Path, name: str, version: str, files: dict[str, str], requires: list[str] = ()) -> Path:
@@ -282,9 +344,13 @@ def _tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
 
 
 def failed_outcome(config: Any, store: Any, target: Any, error: BuildError, suites: dict[str, Path],
-                   suite_specs: list[str], pattern: str | None, command: str = "") -> Any:
+                   suite_specs: list[str], pattern: str | None, command: str = "", alarms: bool = True) -> Any:
     """Store an `error` result, with the build log tail, for every selected workload of a target that did not
-    build, judge them like any result, and return the workflow's RunOutcome."""
+    build, judge them like any result, and return the workflow's RunOutcome.
+
+    With `alarms`, the alarm step runs as after any run: the failed build opens (or updates) the alarm of the
+    repository's `build` series and notifies, the loudest regression there is (`alarms.hooks.build_series`).
+    """
     from modelci import envs, workflow
     from modelci.records import Result
     from modelci.store.schema import utcnow
@@ -303,6 +369,10 @@ def failed_outcome(config: Any, store: Any, target: Any, error: BuildError, suit
                                   status="complete", suites=suite_specs, selection=pattern or "",
                                   command=command, started_at=started)
     outcome.comparisons = workflow.evaluate(config, store, target, results)
+    if alarms:
+        from modelci.alarms import hooks
+
+        outcome.alarms = hooks.after_run(config, store, outcome)
     return outcome
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import shutil
 import signal
 import tarfile
@@ -189,6 +190,7 @@ def _producer_inputs(store: Any, env: Any, suites: dict[str, Path], files: dict[
     jobs = [{"index": i, "workload": w, "file": files.get(w), "seed": seed} for i, w in enumerate(wanted)]
     folder = Path(tempfile.mkdtemp(prefix="inputs-", dir=scratch))
     done = run_jobs(env.python, suites, jobs, folder, command="inputs", timeout=600, threads=threads,
+                    paths=getattr(env, "paths", []),
                     executor=executor, framework=framework)
     found = {}
     for job in jobs:
@@ -206,7 +208,7 @@ def _producer_inputs(store: Any, env: Any, suites: dict[str, Path], files: dict[
 def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], folder: Path, *,
              command: str = "load", timeout: float = 1800.0, threads: int = 0,
              on_job: Callable[[dict[str, Any]], object] | None = None, executor: Any = None,
-             framework: str = "") -> dict[int, dict[str, Any]]:
+             framework: str = "", paths: list[str] = ()) -> dict[int, dict[str, Any]]:
     """Run compat_child jobs, one process per seed for all its jobs; returns index -> the job's record.
 
     A job that kills or hangs its process gets a `load_failed` record naming the signal or the timeout, and a
@@ -216,7 +218,8 @@ def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], 
     With `executor` (the run's `execute.forked.Executor` for this environment), the process is a fork of its
     warm worker, which has imported the framework already (issue 9: a fresh process cost `import torch` again,
     4.8 s of a zoo:torch run); `framework` names the helper whose prologue the worker runs first. Jobs whose
-    seed is not the executor's get a process of their own, since a fork keeps the worker's hash seed.
+    seed is not the executor's get a process of their own, since a fork keeps the worker's hash seed. `paths`
+    go first on a fresh process's path (the environment's `paths`: a pythonpath build's checkout).
     """
     records: dict[int, dict[str, Any]] = {}
     for seed in sorted({int(job.get("seed", 0)) for job in jobs}):
@@ -234,7 +237,9 @@ def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], 
             if executor is not None and executor.seed == seed:
                 code, _ = executor.run_module(COMPAT_CHILD, argv, out, None, framework, watch=watchdog)
             else:
-                env = local.child_env(local.shim_dir(folder), seed, threads)
+                shim = local.shim_dir(folder)
+                extra = {"PYTHONPATH": os.pathsep.join([*paths, str(shim)])} if paths else None
+                env = local.child_env(shim, seed, threads, extra)
                 code, _ = local.spawn([str(python), "-m", COMPAT_CHILD, *argv], env, out, None, watch=watchdog)
             hung = watchdog.fired
             started = len(records)
@@ -620,7 +625,7 @@ def check_in(config: Any, consumer: dict[str, Any], env: Any, manifests: list[di
         progress.note(f"  [{job['index'] + 1}/{len(manifests)}] {manifest['workload']} {manifest['format']} saved by "
                       f"{manifest['producer'].get('label')}")
 
-    done = run_jobs(env.python, suites, jobs, folder, timeout=config.timeout,
+    done = run_jobs(env.python, suites, jobs, folder, timeout=config.timeout, paths=getattr(env, "paths", []),
                     threads=int(config.values.get("threads") or 0), on_job=started) if jobs else {}
     for job in jobs:
         manifest = manifests[job["index"]]
@@ -639,7 +644,7 @@ def _consumer_env(config: Any, consumer: dict[str, Any], env: Any, manifests: li
     if env is None:
         env = workflow.environment_for(config, target, log=progress.note)
     needs = [SimpleNamespace(requires=m.get("requires") or [], framework=m.get("framework") or "") for m in manifests]
-    extra = workflow.missing_requirements(env, needs)
+    extra = workflow.missing_requirements(env, needs, {target.name: target.version or ""} if env.paths else None)
     if extra and consumer.get("kind") != "current":
         progress.note(f"the workloads also need {', '.join(extra)}")
         env = workflow.environment_for(config, target, extra, log=progress.note)

@@ -52,6 +52,8 @@ class Result:
     info: dict[str, Any] = field(default_factory=dict)
     #: set once stored
     id: int | None = None
+    #: the stored run it belongs to, when loaded from the history
+    run_id: int | None = None
     #: True when taken from the history instead of executed again
     reused: bool = False
 

@@ -38,6 +38,8 @@ class Target:
     build: str = ""
     subdirectory: str = ""
     author: str | None = None
+    #: pythonpath builds: folders every process of the run puts first on its path (set by builds.prepare)
+    paths: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:

@@ -117,8 +117,11 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
 
 
 def environment_for(config: Config, target: targets.Target, extra: list[str] = (), log: Any = print, *,
-                    lock: envs.lockfile.Lock | None = None) -> envs.Environment:
-    """The environment for a target plus extra requirements, or exactly `lock`; `current` is this interpreter."""
+                    lock: envs.lockfile.Lock | None = None, compile_bytecode: bool = True) -> envs.Environment:
+    """The environment for a target plus extra requirements, or exactly `lock`; `current` is this interpreter.
+
+    A pythonpath build of a commit gives the environment of its dependencies, shared by every commit that
+    declares the same ones, with the commit's checkout in `paths` (see builds.prepare)."""
     cache = Path(config.cache_dir)
     environ = _workload_environ(config)
     if target.kind == "current" and lock is None:
@@ -130,9 +133,14 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
     requirements = list(target.requirements)
     if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
         requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)
-    extra = list(dict.fromkeys([*helper_needs(target.name), *extra]))
+    # a pythonpath build's dependencies are the frameworks its workloads use (a library on torch): what their
+    # helpers need goes into the first environment too, not into a second one found only at discovery
+    provided = [target.name, *(Requirement(req).name for req in requirements)] if target.paths else [target.name]
+    needs = [need for name in provided for need in helper_needs(name)]
+    extra = list(dict.fromkeys([*needs, *extra]))
     spec = envs.EnvSpec(requirements=[*requirements, *extra], python=config.python, index=index)
-    env = envs.ensure(spec, cache, log=log, environ=environ)
+    env = envs.ensure(spec, cache, log=log, environ=environ, compile_bytecode=compile_bytecode)
+    env.paths = list(target.paths)
     target.version = envs.installed_version(env, target.name) or target.version
     return env
 
@@ -178,13 +186,17 @@ def _workload_environ(config: Config) -> dict[str, str]:
     return local.child_env(Path(config.cache_dir), config.seed, getattr(config, "threads", 0) or 0)
 
 
-def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo]) -> list[str]:
-    """The workloads' needs (their `requires` and their framework) that the environment does not satisfy."""
+def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo],
+                         provided: dict[str, str] | None = None) -> list[str]:
+    """The workloads' needs (their `requires` and their framework) that the environment does not satisfy;
+    `provided` (name -> version) is what is on the path besides it (a pythonpath build's package)."""
+    given = {canonicalize_name(name): version for name, version in (provided or {}).items()}
     pins = {}
     for line in env.lock.splitlines():
         name, sep, version = line.partition("==")
         if sep:
             pins[canonicalize_name(name)] = version.strip()
+    pins.update({name: version for name, version in given.items() if version})
     needed: list[str] = []
     for workload in workloads:
         wants = list(workload.requires)
@@ -192,6 +204,8 @@ def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo]) -
         for text in wants:
             requirement = Requirement(text)
             have = pins.get(canonicalize_name(requirement.name))
+            if have is None and canonicalize_name(requirement.name) in given:
+                continue  # on the path, version unknown: it is the target itself
             if (have is None or not requirement.specifier.contains(have, prereleases=True)) and text not in needed:
                 needed.append(text)
     return sorted(needed)
@@ -241,7 +255,8 @@ def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloa
 
 def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
         reuse: bool = False, progress: Any = None, command: str = "", lock: str | None = None,
-        alarms: bool = True, judge: bool = True, purpose: str = "", parent_run_id: int | None = None) -> RunOutcome:
+        alarms: bool = True, judge: bool = True, purpose: str = "", parent_run_id: int | None = None,
+        pool: WorkerPool | None = None, compile_bytecode: bool = True) -> RunOutcome:
     """Run the selected workloads against one target, store the run, and compare each result with its baseline.
 
     With `lock` (a lock file), the environment is rebuilt exactly from it, and the target may be None. Without
@@ -249,6 +264,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     commits are not news, and a good probe must not mark the alarm being bisected as recovered. Without `judge`
     the run is stored and not compared with anything (no findings, no alarms): `compare` judges its sides itself.
     A run that is part of another (`purpose`, `parent_run_id`: compare's confirmation runs) is stored as such.
+    With `pool`, the warm worker of the environment is taken from the pool and given back after the run, still
+    warm, for the next run in it (a bisect's probes). `compile_bytecode` goes to envs.ensure.
     """
     from modelci.report.console import Progress
 
@@ -266,11 +283,13 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             # a git target's first environment already holds the suite's pins: discovery runs there, and a
             # dependency of the commit must not pull a default build of what the suite pins (torch) first
             early = _static_needs(target, suites, pattern) if target.kind == "git" and locked is None else []
-            env = environment_for(config, target, early, log=progress.note, lock=locked)
+            env = environment_for(config, target, early, log=progress.note, lock=locked,
+                                  compile_bytecode=compile_bytecode)
     except builds.BuildError as exc:  # a commit that does not build gives error results, not a stopped run
-        return builds.failed_outcome(config, _open_store(config), target, exc, suites, suite_specs, pattern, command)
+        return builds.failed_outcome(config, _open_store(config), target, exc, suites, suite_specs, pattern, command,
+                                     alarms=alarms)
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root(config)))
-    executor = _executor(config, env, scratch)
+    executor = _executor(config, env, scratch, pool)
     try:
         # the worker imports the framework while this process opens the store and imports the later steps
         executor.start(suites)
@@ -286,16 +305,17 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             with _timed(timings, "store"):
                 preloading.join()  # before any workload runs: an import beside one would disturb its timings
         workloads, errors = select(found, pattern)
-        extra = missing_requirements(env, workloads)
+        extra = missing_requirements(env, workloads, {target.name: target.version or ""} if env.paths else None)
         if extra and locked is not None:
             raise UserError(f"the workloads need {', '.join(extra)}, which the lock {lock} does not hold; "
                             "lock an environment that has them")
         if extra and target.kind != "current":
             progress.note(f"the workloads also need {', '.join(extra)}")
             with _timed(timings, "environment"):
-                env = environment_for(config, target, [*early, *extra], log=progress.note)
-            executor.close()
-            executor = _executor(config, env, scratch)
+                env = environment_for(config, target, [*early, *extra], log=progress.note,
+                                      compile_bytecode=compile_bytecode)
+            _finish(executor, pool)
+            executor = _executor(config, env, scratch, pool)
         outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner, timings=timings)
         all_found = [WorkloadInfo.from_json(w) for w in found["workloads"]]
         results = error_results(errors, suites, all_found)
@@ -319,12 +339,12 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         # are made in a fork of the run's warm worker, which is stopped only then (issue 9)
         try:
             _after_ingest(config, store, target, env, results, suites, workloads, scratch, executor, outcome, alarms,
-                          judge)
+                          judge, pool)
         except KeyboardInterrupt:  # the run is stored; what is left (compat, checks, alarms) is skipped
             raise Interrupted(outcome.run_id, _unjudged(outcome, results)) from None
         return outcome
     finally:
-        executor.close()
+        _finish(executor, pool)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -337,7 +357,8 @@ def _unjudged(outcome: RunOutcome, results: list[Result]) -> RunOutcome:
 
 def _after_ingest(config: Config, store: Store, target: targets.Target, env: envs.Environment,
                   results: list[Result], suites: dict[str, Path], workloads: list[WorkloadInfo], scratch: Path,
-                  executor: forked.Executor, outcome: RunOutcome, alarms: bool, judge: bool) -> None:
+                  executor: forked.Executor, outcome: RunOutcome, alarms: bool, judge: bool,
+                  pool: WorkerPool | None = None) -> None:
     """The steps after the run is stored: compat records, the checks (unless not `judge`), the alarm step."""
     from modelci import compat
     from modelci.alarms import hooks as alarm_hooks
@@ -347,7 +368,7 @@ def _after_ingest(config: Config, store: Store, target: targets.Target, env: env
         compat.record_saved_models(store, target, env, results, seed=config.seed, suites=suites,
                                    workloads=workloads, scratch=scratch, runner=config.runner,
                                    threads=config.values.get("threads", 0), executor=executor)
-    executor.close()
+    _finish(executor, pool)
     fresh = {id(r) for r in results if not r.reused}
     if not judge:
         outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in results]
@@ -413,10 +434,81 @@ def _timed(timings: dict[str, float], step: str) -> Any:
         timings[step] = timings.get(step, 0.0) + time.perf_counter() - start
 
 
-def _executor(config: Config, env: envs.Environment, scratch: Path) -> forked.Executor:
-    """The executor of one environment: a warm worker to fork from (`isolation = "fork"`), or fresh processes."""
+def _executor(config: Config, env: envs.Environment, scratch: Path, pool: WorkerPool | None = None) -> forked.Executor:
+    """The executor of one environment: a warm worker to fork from (`isolation = "fork"`), or fresh processes;
+    with `pool`, one that the pool keeps warm across runs."""
+    if pool is not None:
+        return pool.acquire(config, env, scratch)
     return forked.Executor(env.python, scratch, seed=config.seed, threads=config.threads,
-                           isolation=config.values.get("isolation", "fork"), start_timeout=config.timeout)
+                           isolation=config.values.get("isolation", "fork"), start_timeout=config.timeout,
+                           paths=env.paths)
+
+
+def _finish(executor: forked.Executor, pool: WorkerPool | None) -> None:
+    """Stop the run's worker, or hand it back to the pool still warm (twice is harmless)."""
+    if pool is not None:
+        pool.release(executor)
+    else:
+        executor.close()
+
+
+class WorkerPool:
+    """Warm workers kept across runs: a bisect's probes are runs in one environment (a pythonpath build's commits
+    share the environment of their dependencies), so one worker imports the framework once and every probe forks
+    from it with its own checkout on the path (`Executor.paths`), instead of paying `import torch` per probe.
+
+    One executor per environment and concurrent run (`--jobs K` takes up to K); the workers' logs and the
+    `modelci` shim live in the pool's own folder, which outlives each run's scratch folder. `close()` stops every
+    worker and removes the folder; use it as a context manager.
+    """
+
+    def __init__(self, config: Config):
+        self.root = Path(tempfile.mkdtemp(prefix="pool-", dir=_scratch_root(config)))
+        self._idle: dict[tuple, list[forked.Executor]] = {}
+        self._busy: dict[int, tuple] = {}
+        self._all: list[forked.Executor] = []
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def acquire(self, config: Config, env: envs.Environment, scratch: Path) -> forked.Executor:
+        """An idle executor of this environment rebound to the run (its worker still warm), or a new one."""
+        isolation = config.values.get("isolation", "fork")
+        key = (str(env.python), config.seed, config.threads, isolation, config.timeout)
+        with self._lock:
+            idle = self._idle.get(key) or []
+            executor = idle.pop() if idle else None
+            if executor is None:
+                home = Path(tempfile.mkdtemp(prefix="worker-", dir=self.root))
+                executor = forked.Executor(env.python, scratch, seed=config.seed, threads=config.threads,
+                                           isolation=isolation, start_timeout=config.timeout, paths=env.paths,
+                                           home=home)
+                self._all.append(executor)
+            self._busy[id(executor)] = key
+        executor.rebind(scratch, env.paths)
+        return executor
+
+    def release(self, executor: forked.Executor) -> None:
+        """Take an executor back after its run; a worker that died is stopped and a fresh one starts next time."""
+        with self._lock:
+            key = self._busy.pop(id(executor), None)
+            if key is None:
+                return  # released already
+            if executor.worker is not None and not executor.alive:
+                executor.close()
+            self._idle.setdefault(key, []).append(executor)
+
+    def close(self) -> None:
+        """Stop every worker and remove the pool's folder."""
+        with self._lock:
+            executors, self._all, self._idle, self._busy = self._all, [], {}, {}
+        for executor in executors:
+            executor.close()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _scratch_root(config: Config) -> Path:

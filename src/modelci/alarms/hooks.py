@@ -85,12 +85,14 @@ def observe(config: Any, store: Any, outcome: Any, found: list[changes.SeriesCha
     """What this run says about each alarm key: the gating regressions and failed results fire; results and
     findings that are fine again are evidence of recovery."""
     runner = config.runner
-    observations: list[Observation] = []
+    observations: list[Observation] = build_observations(runner, outcome)
     seen: set[str] = set()
     for comparison in outcome.comparisons:
         result = comparison.result
         policy = config.policy_for(result.workload)
         seen.add(result.workload)
+        if result.info.get("build_failed"):
+            continue  # one `build` alarm says it for the whole target, not one status alarm per workload
         if result.status not in ("ok", "skipped") and policy("status").active:
             kind = "empty-suite" if result.workload.endswith("/(suite)") else "status"
             reason = result.reason.strip().splitlines()[0] if result.reason.strip() else ""
@@ -123,6 +125,30 @@ def observe(config: Any, store: Any, outcome: Any, found: list[changes.SeriesCha
     observations += _history_recoveries(store, runner, series)
     observations += _suite_recoveries(store, runner, seen)
     return observations
+
+
+def build_series(target: Any) -> str:
+    """The alarm series of a git target's builds: one per repository (and project folder) and build strategy,
+    shown as the workload `(build)/<repository>`."""
+    from modelci.builds import BuildPlan
+
+    name = (target.repo or "").rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "repository"
+    where = f"/{target.subdirectory}" if getattr(target, "subdirectory", None) else ""
+    return f"(build)/{name}{where} [{BuildPlan.parse(target.build).text}]"
+
+
+def build_observations(runner: str, outcome: Any) -> list[Observation]:
+    """A git target that did not build fires its `build` series (one alarm, whatever the number of workloads);
+    one that built is normal, so an open build alarm recovers at the first commit that builds again."""
+    target = outcome.target
+    if getattr(target, "kind", "") != "git" or not outcome.comparisons:
+        return []
+    failed = next((c.result for c in outcome.comparisons if c.result.info.get("build_failed")), None)
+    series = build_series(target)
+    if failed is None:
+        return [Observation(runner, series, "build", "build", False, message=f"commit {target.commit[:12]} built")]
+    return [Observation(runner, series, "build", "build", True, kind="build", message=failed.reason,
+                        numbers={"commit": target.commit, "build": failed.info.get("build", "")})]
 
 
 def _alarmed_metrics(store: Any, runner: str) -> set[tuple[str, str]]:

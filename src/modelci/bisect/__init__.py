@@ -36,6 +36,7 @@ class Probe:
 
     item: str  # commit sha, or the release's target spec
     spec: str
+    label: str  # `abc123def0 subject (#12)` for a commit, the spec for a release
     verdict: str  # "good" | "bad" | "skip"
     why: str
     status: str
@@ -87,6 +88,8 @@ class BisectResult:
     confirmation: dict[str, Any] | None = None
     inconsistent: list[str] = field(default_factory=list)
     message: str = ""
+    #: "regression": the first bad commit; "improvement": the first commit that made it better (--improvement)
+    direction: str = "regression"
 
     @property
     def builds(self) -> int:
@@ -103,10 +106,16 @@ class BisectResult:
         """Probes that were untestable."""
         return sum(1 for p in self.probes if p.verdict == "skip")
 
+    @property
+    def first(self) -> str:
+        """What the culprit is called: `first bad`, or `first improved` for an improvement."""
+        return "first improved" if self.direction == "improvement" else "first bad"
+
     def to_json(self) -> dict[str, Any]:
         """A plain dict for the JSON report."""
         return {
-            "bisect_schema": SCHEMA, "status": self.status, "workload": self.workload, "check": self.check,
+            "bisect_schema": SCHEMA, "status": self.status, "direction": self.direction, "workload": self.workload,
+            "check": self.check,
             "metrics": self.metrics, "good": self.good.to_json(), "bad": self.bad.to_json(),
             "culprit": self.culprit.to_json() if self.culprit else None,
             "last_good": self.last_good.to_json() if self.last_good else None,
@@ -114,7 +123,7 @@ class BisectResult:
             "range_size": self.range_size, "builds": self.builds, "fresh_builds": self.fresh_builds,
             "evidence": self.evidence, "confirmation": self.confirmation, "inconsistent": self.inconsistent,
             "message": self.message,
-            "probes": [{"item": p.item, "spec": p.spec, "verdict": p.verdict, "why": p.why, "status": p.status,
+            "probes": [{"item": p.item, "spec": p.spec, "label": p.label, "verdict": p.verdict, "why": p.why, "status": p.status,
                         "round": p.round, "run_id": p.run_id, "built": p.built, "reused": p.reused,
                         "numbers": p.numbers} for p in self.probes],
         }
@@ -123,7 +132,8 @@ class BisectResult:
 def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: str | None = None,
            good: str | None = None, bad: str | None = None, versions: list[str] | None = None,
            check: str | None = None, first_parent: bool = False, build: str | None = None, jobs: int = 1,
-           log: Callable[[str], object] = print, command: str = "", from_spec: str | None = None) -> BisectResult:
+           log: Callable[[str], object] = print, command: str = "", from_spec: str | None = None,
+           improvement: bool = False, pool: Any = None) -> BisectResult:
     """Find the first bad commit of `repo` between `good` and `bad` (or the first bad release of `versions`,
     oldest first) for one workload, following `check` or, without it, whichever check fails between the ends.
 
@@ -131,10 +141,39 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     good end when None) saved into the probe's build (`compat_probe`): the culprit is the first build where they
     no longer load or their outputs differ.
 
+    With `improvement`, find the first commit that made it better instead: `good` is still the older end and `bad`
+    the newer one, but the newer end is the reference and the older end must be worse than it by the check
+    (slower, larger, failing, different outputs). Each probe is judged against the newer end: one still worse
+    than it is "old", one not worse is "new", and the culprit is the first "new" commit. Skips, statistics,
+    confirmation and reporting are those of a regression bisect.
+
+    Probes run in warm workers kept across probes (`workflow.WorkerPool`; `pool` lends one that outlives the
+    bisect, as `run --bisect-on-alarm` does with its own run's), and their environments are built without
+    bytecode compilation.
+
     Raises BisectRefused when the good end is not good or the bad end is not bad, UserError for bad input.
     """
     if from_spec and check != compat_probe.CHECK:
         raise UserError("--from names the producer of the saved models for --check compat; add --check compat")
+    if improvement and check == compat_probe.CHECK:
+        raise UserError("--improvement does not apply to --check compat: a model that loads again is found by "
+                        "bisecting the regression from the other side")
+    from modelci import workflow
+
+    own = workflow.WorkerPool(config) if pool is None else None
+    try:
+        return _bisect(config, suite_specs, pattern, repo=repo, good=good, bad=bad, versions=versions, check=check,
+                       first_parent=first_parent, build=build, jobs=jobs, log=log, command=command,
+                       from_spec=from_spec, improvement=improvement, pool=pool or own)
+    finally:
+        if own is not None:
+            own.close()
+
+
+def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: str | None, good: str | None,
+            bad: str | None, versions: list[str] | None, check: str | None, first_parent: bool, build: str | None,
+            jobs: int, log: Callable[[str], object], command: str, from_spec: str | None, improvement: bool,
+            pool: Any) -> BisectResult:
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: give 1 or more probes per round")
     if versions is not None:
@@ -146,7 +185,7 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     from modelci.store import Store
 
     Store.from_config(config)  # create the history before parallel probes race to do it
-    prober = _Prober(config, suite_specs, pattern, space, jobs, command)
+    prober = _Prober(config, suite_specs, pattern, space, jobs, command, pool)
     if check == compat_probe.CHECK:
         prober.compat = compat_probe.CompatProber(config, suite_specs, pattern, from_spec, space.spec(space.good), log)
         prober.compat.prepare()
@@ -155,21 +194,22 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     ends = prober.run([space.good, space.bad], round=0)
     workload = _one_workload(ends, pattern)
     results = {item: found.get(workload) for item, (found, _) in ends.items()}
-    good_result, bad_result = results[space.good], results[space.bad]
-    if good_result is None or bad_result is None:
+    if results[space.good] is None or results[space.bad] is None:
         raise BisectRefused(f"workload {workload} has no result at both ends; check -k")
+    way = _Direction(improvement, space)
     if check == compat_probe.CHECK:
+        good_result, bad_result = results[space.good], results[space.bad]
         criterion = Criterion(check, [f"compat from {prober.compat.producer}"], good_result, config.policy_for(workload),
                               compat_probe.evidence(good_result, bad_result, space.describe(space.good),
                                                     space.describe(space.bad)))
     else:
-        criterion = choose(good_result, bad_result, config.policy_for(workload), check,
-                           space.describe(space.good), space.describe(space.bad))
+        criterion = choose(results[way.reference], results[way.other], config.policy_for(workload), check,
+                           *way.labels, bad_word=way.bad_word)
     log(f"following the {criterion.check} check on {', '.join(criterion.metrics)}: {criterion.evidence}")
-    probes = [prober.probe(space.good, ends, workload, "good", "the good end", 0),
-              prober.probe(space.bad, ends, workload, "bad", criterion.evidence, 0)]
+    probes = [prober.probe(space.good, ends, workload, way.word("good"), way.why_good(criterion), 0),
+              prober.probe(space.bad, ends, workload, way.word("bad"), way.why_bad(criterion), 0)]
     if criterion.noisy:
-        _confirm_ends(prober, space, workload, criterion, probes)
+        _confirm_ends(prober, space, workload, criterion, probes, way)
     else:
         split(criterion)
 
@@ -180,18 +220,19 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
         ran = prober.run(batch, round=rounds)
         outcomes = {}
         for item in batch:
-            word, why, numbers = verdict(criterion, ran[item][0].get(workload))
-            probe = prober.probe(item, ran, workload, word, why, rounds, numbers)
+            word, why, numbers = way.verdict(criterion, ran[item][0].get(workload))
+            probe = prober.probe(item, ran, workload, way.word(word), why, rounds, numbers)
             probes.append(probe)
             outcomes[item] = word
-            log(f"round {rounds}: {space.describe(item)} is {word} ({why})")
+            log(f"round {rounds}: {space.describe(item)} is {way.word(word)} ({why})")
         search.record(outcomes)
         rounds += 1
 
     result = BisectResult(status="found", workload=workload, check=criterion.check, metrics=criterion.metrics,
                           good=space.suspect(space.good), bad=space.suspect(space.bad), probes=probes,
                           rounds=rounds, range_size=space.size, evidence=criterion.evidence,
-                          inconsistent=list(search.inconsistent))
+                          inconsistent=list(search.inconsistent),
+                          direction="improvement" if improvement else "regression")
     if search.culprit is None:
         result.status = "untestable"
         result.candidates = [space.suspect(item) for item in search.remaining()]
@@ -200,35 +241,83 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
         return result
     result.culprit = space.suspect(search.culprit)
     result.last_good = space.suspect(space.parent_of(search.culprit))
-    result.message = f"first bad: {result.culprit.label}"
+    result.message = f"{way.first}: {result.culprit.label}"
     if criterion.noisy:
-        _confirm_boundary(prober, workload, criterion, result)
+        _confirm_boundary(prober, workload, criterion, result, way)
     return result
 
 
-def _confirm_ends(prober: _Prober, space: _Space, workload: str, criterion: Criterion, probes: list[Probe]) -> None:
-    """Timing and memory: both ends run again, fresh; the bad end must still be bad against the new good end."""
+class _Direction:
+    """What `--improvement` changes: which end is the reference, and the words the report uses.
+
+    A regression bisect judges each probe against the older (good) end. An improvement bisect judges it against
+    the newer end, by the same checks: a probe still worse than the newer end has not got the improvement yet
+    ("old", good for the search), one that is not worse has it ("new", bad for the search).
+    """
+
+    def __init__(self, improvement: bool, space: _Space):
+        self.improvement = improvement
+        older, newer = space.describe(space.good), space.describe(space.bad)
+        if improvement:
+            self.reference, self.other = space.bad, space.good
+            self.labels = (f"the newer end {newer}", f"the older end {older}")
+            self.bad_word, self.first = "worse than the newer end", "first improved"
+        else:
+            self.reference, self.other = space.good, space.bad
+            self.labels = (f"the good end {older}", f"the bad end {newer}")
+            self.bad_word, self.first = "bad", "first bad"
+
+    def word(self, verdict: str) -> str:
+        """The search's verdict as the report says it: good/bad, or old/new for an improvement."""
+        if not self.improvement or verdict == "skip":
+            return verdict
+        return "old" if verdict == "good" else "new"
+
+    def verdict(self, criterion: Criterion, result: Result | None) -> tuple[str, str, dict[str, Any]]:
+        """The search's verdict of one probe ("good" before the change, "bad" after it)."""
+        word, why, numbers = verdict(criterion, result)
+        if not self.improvement or word == "skip":
+            return word, why, numbers
+        # against the newer end: worse than it means the improvement has not come yet
+        return ("good" if word == "bad" else "bad"), why, numbers
+
+    def why_good(self, criterion: Criterion) -> str:
+        return criterion.evidence if self.improvement else "the good end"
+
+    def why_bad(self, criterion: Criterion) -> str:
+        return "the newer end, the reference" if self.improvement else criterion.evidence
+
+    def pair(self, before: str, after: str) -> tuple[str, str]:
+        """(reference, judged) of two items in history order."""
+        return (after, before) if self.improvement else (before, after)
+
+
+def _confirm_ends(prober: _Prober, space: _Space, workload: str, criterion: Criterion, probes: list[Probe],
+                  way: _Direction) -> None:
+    """Timing and memory: both ends run again, fresh; the bad end must still be bad against the new good end
+    (with --improvement: the older end must still be worse than the newer one)."""
     again = prober.run([space.good, space.bad], round=0, fresh=True)
-    good_again, bad_again = (again[item][0].get(workload) for item in (space.good, space.bad))
-    probes += [prober.probe(item, again, workload, word, "re-run of the end", 0) for item, word in
+    probes += [prober.probe(item, again, workload, way.word(word), "re-run of the end", 0) for item, word in
                ((space.good, "good"), (space.bad, "bad"))]
-    if good_again is None or bad_again is None:
+    reference, judged = (again[item][0].get(workload) for item in (way.reference, way.other))
+    if reference is None or judged is None:
         raise BisectRefused(f"re-running the ends gave no result for {workload}")
-    confirmed, why, numbers = confirm(criterion, good_again, bad_again)
+    confirmed, why, numbers = confirm(criterion, reference, judged)
     if not confirmed:
-        raise BisectRefused(f"the bad end {space.describe(space.bad)} is not bad: its first runs differed "
+        raise BisectRefused(f"{way.labels[1]} is not {way.bad_word}: its first runs differed "
                             f"({criterion.evidence}) but fresh runs of both ends do not ({why}); "
                             f"this {criterion.check} difference is noise")
     split(criterion, numbers.get("ratio"))
 
 
-def _confirm_boundary(prober: _Prober, workload: str, criterion: Criterion, result: BisectResult) -> None:
+def _confirm_boundary(prober: _Prober, workload: str, criterion: Criterion, result: BisectResult,
+                      way: _Direction) -> None:
     """Re-run the last good and the first bad commit, fresh, and report the culprit only if they still differ."""
     pair = [result.last_good.item, result.culprit.item]
     again = prober.run(pair, round=-1, fresh=True)
-    before, after = (again[item][0].get(workload) for item in pair)
-    result.probes += [prober.probe(item, again, workload, word, "boundary re-run", -1)
+    result.probes += [prober.probe(item, again, workload, way.word(word), "boundary re-run", -1)
                       for item, word in zip(pair, ("good", "bad"))]
+    before, after = (again[item][0].get(workload) for item in way.pair(*pair))
     ok = before is not None and after is not None
     confirmed, why, numbers = confirm(criterion, before, after) if ok else (False, "no result", {})
     result.confirmation = {"confirmed": confirmed, "why": why, "numbers": numbers}
@@ -333,9 +422,9 @@ class _Prober:
     """Runs probes as normal runs (with reuse), K at a time in threads; remembers what was built."""
 
     def __init__(self, config: Any, suite_specs: list[str], pattern: str | None, space: _Space, jobs: int,
-                 command: str):
+                 command: str, pool: Any = None):
         self.config, self.suite_specs, self.pattern = config, suite_specs, pattern
-        self.space, self.jobs, self.command = space, jobs, command
+        self.space, self.jobs, self.command, self.pool = space, jobs, command, pool
         self.built: set[str] = set()
         #: --check compat: probes load the producer's saved models instead of running the workload
         self.compat: compat_probe.CompatProber | None = None
@@ -365,22 +454,26 @@ class _Prober:
         if self.compat is not None:
             return self.compat.probe(spec, round)
         try:
+            # environments made for probes live only for the bisect: no bytecode compilation (see envs.ensure)
             outcome = workflow.run(self.config, spec, self.suite_specs, self.pattern, reuse=not fresh,
-                                   progress=Progress(quiet=True), command=self.command, alarms=False)
+                                   progress=Progress(quiet=True), command=self.command, alarms=False,
+                                   pool=self.pool, compile_bytecode=False)
         except UserError as exc:
             if round == 0:
                 raise  # an end that cannot even be set up is bad input, not an untestable commit
             return {}, {"run_id": None, "reused": False, "why": f"untestable: {str(exc).splitlines()[0]}"}
         found = {r.workload: r for r in outcome.results}
-        return found, {"run_id": outcome.run_id, "reused": all(r.reused for r in outcome.results)}
+        # a probe whose results all came from the history stores no new run: its id is the stored result's run
+        run_id = outcome.run_id or next((r.run_id for r in outcome.results if r.run_id is not None), None)
+        return found, {"run_id": run_id, "reused": all(r.reused for r in outcome.results)}
 
     def probe(self, item: str, ran: dict[str, tuple[dict[str, Result], Any]], workload: str, word: str, why: str,
               round: int, numbers: dict[str, Any] | None = None) -> Probe:
         """The record of one probe from what `run` returned."""
         found, meta = ran[item]
         result = found.get(workload)
-        return Probe(item=item, spec=self.space.spec(item), verdict=word, why=meta.get("why") or why,
-                     status=result.status if result else "error", round=round,
+        return Probe(item=item, spec=self.space.spec(item), label=self.space.describe(item), verdict=word,
+                     why=meta.get("why") or why, status=result.status if result else "error", round=round,
                      run_id=meta.get("run_id"), built=item in self.built, reused=bool(meta.get("reused")),
                      numbers=numbers or {})
 

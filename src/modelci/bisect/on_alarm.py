@@ -84,8 +84,9 @@ def plan(events: list[Any]) -> list[AlarmBisect]:
 
 def bisect_alarms(config: Any, store: Any, outcome: Any, suite_specs: list[str], *, repo: str, good: str,
                   build: str | None = None, first_parent: bool = False, jobs: int = 1,
-                  log: Callable[[str], object] = print, command: str = "") -> list[AlarmBisect]:
+                  log: Callable[[str], object] = print, command: str = "", pool: Any = None) -> list[AlarmBisect]:
     """Bisect the alarms `outcome` opened between `good` and the run's commit; record and notify each outcome.
+    `pool` (workflow.WorkerPool) lends the run's warm workers to the probes.
 
     Raises only workflow.Interrupted (Ctrl-C); every other failure of a bisect is recorded in its alarms.
     """
@@ -104,7 +105,7 @@ def bisect_alarms(config: Any, store: Any, outcome: Any, suite_specs: list[str],
         try:
             item.result = bisect(config, suite_specs, item.workload, repo=repo, good=good, bad=bad,
                                  check=item.check, first_parent=first_parent, build=build, jobs=jobs, log=log,
-                                 command=command, from_spec=item.from_spec)
+                                 command=command, from_spec=item.from_spec, pool=pool)
         except BisectRefused as exc:
             item.error = f"bisect refused: {exc}"
         except UserError as exc:

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection
 
-VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow"}
+VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow", "old": "dim", "new": "green"}
 
 
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("bisect", help="find the commit, merged PR or release that caused a regression")
     parser.add_argument("--repo", help="git repository (path or URL) whose history is searched")
-    parser.add_argument("--good", help="with --repo: a ref where the workload is good")
-    parser.add_argument("--bad", help="with --repo: a ref where it is bad (a descendant of --good)")
+    parser.add_argument("--good", "--old", dest="good",
+                        help="with --repo: the older ref (where the workload is good; with --improvement, worse)")
+    parser.add_argument("--bad", "--new", dest="bad",
+                        help="with --repo: the newer ref, a descendant of --good (bad; with --improvement, better)")
     parser.add_argument("--versions", help="comma-separated targets, oldest (good) first: 'numpy==1.23.5,...'")
     parser.add_argument("--package", help="search the releases of this package the configured index offers")
     parser.add_argument("--between", nargs=2, metavar=("GOOD", "BAD"), help="with --package: the good and bad release")
@@ -26,6 +28,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--from", dest="from_spec", metavar="PRODUCER",
                         help="with --check compat: the build whose saved models are loaded at each probe: a ref, a "
                              "target spec or a version (default: the good end)")
+    parser.add_argument("--improvement", "--invert", action="store_true",
+                        help="find the commit that made it better (faster, smaller, passing, new outputs): the "
+                             "newer end is the reference and the older end must be worse than it")
     parser.add_argument("--first-parent", action="store_true", help="search the main line only (merged PRs)")
     parser.add_argument("--build", help="how commits are built: wheel (default), pythonpath[:FOLDER], or a shell "
                                         "command that leaves a wheel in $MODELCI_DIST_DIR")
@@ -62,7 +67,8 @@ def main(args, cfg) -> int:
     try:
         result = bisect(cfg, args.suite or cfg.suites, args.pattern, repo=args.repo, good=args.good, bad=args.bad,
                         versions=versions, check=args.check, first_parent=args.first_parent, build=args.build,
-                        jobs=args.jobs, log=log, command=args.command_line, from_spec=args.from_spec)
+                        jobs=args.jobs, log=log, command=args.command_line, from_spec=args.from_spec,
+                        improvement=args.improvement)
     except workflow.Interrupted as exc:
         out.print(f"[yellow]{exc}; run the same command again to resume[/]")
         return EXIT_INTERRUPTED
@@ -77,13 +83,12 @@ def render(result, out) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"bisect {result.workload} on the {result.check} check", title_justify="left")
+    what = "improvement" if result.direction == "improvement" else "regression"
+    table = Table(title=f"bisect {result.workload}: the {what} on the {result.check} check", title_justify="left")
     for column in ("round", "probe", "verdict", "why", "run"):
         table.add_column(column, overflow="fold")
-    labels = {s.item: s.label for s in [result.good, result.bad, *result.candidates,
-                                        *filter(None, [result.culprit, result.last_good])]}
     for probe in result.probes:
-        label = labels.get(probe.item) or (probe.item[:10] if len(probe.item) == 40 else probe.item)
+        label = probe.label or probe.item
         style = VERDICT_STYLE.get(probe.verdict, "")
         round_text = "ends" if probe.round == 0 else "confirm" if probe.round < 0 else str(probe.round)
         run = f"{probe.run_id or '-'}" + (" (reused)" if probe.reused else "")
@@ -93,12 +98,14 @@ def render(result, out) -> None:
               f"({result.fresh_builds} new), {result.skipped} skipped probes")
     if result.culprit is not None:
         commit = result.culprit.commit
-        out.print(f"[bold red]first bad:[/] {escape(result.culprit.label)}")
+        colour = "green" if result.direction == "improvement" else "red"
+        out.print(f"[bold {colour}]{result.first}:[/] {escape(result.culprit.label)}")
         if commit is not None:
             pr = f", PR #{commit.pr}" if commit.pr else ""
             out.print(f"  sha {commit.sha}\n  author {escape(commit.author)}, {commit.date}{pr}")
         if result.last_good is not None:
-            out.print(f"[green]last good:[/] {escape(result.last_good.label)}")
+            before = "last before it" if result.direction == "improvement" else "last good"
+            out.print(f"[green]{before}:[/] {escape(result.last_good.label)}")
         if result.confirmation:
             out.print(f"  confirmed by re-running both: {escape(result.confirmation['why'])}")
     else:

@@ -68,17 +68,30 @@ def main(args, cfg) -> int:
     from modelci.envs import pipconfig
 
     pipconfig.prefetch()  # pip answers while the imports below run
-    from modelci import cancel, workflow
-    from modelci.report import console as views
-    from modelci.report import json_report
+    from modelci import workflow
 
     spec = target_spec(args)
     chain = bisect_plan(args, spec)
     prepare_report_files(args)
+    # with --bisect-on-alarm the run's warm worker stays for the bisect's probes: a pythonpath build's commits
+    # share its environment, so the framework is imported once for the run and the whole bisect
+    pool = workflow.WorkerPool(cfg) if chain is not None else None
+    try:
+        return _run_and_bisect(args, cfg, spec, chain, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> int:
+    from modelci import cancel, workflow
+    from modelci.report import console as views
+    from modelci.report import json_report
+
     try:
         outcome = workflow.run(cfg, spec, args.suite or cfg.suites, args.pattern, reuse=args.reuse,
                                progress=views.Progress(quiet=args.quiet), command=args.command_line,
-                               lock=args.lock, alarms=args.alarms)
+                               lock=args.lock, alarms=args.alarms, pool=pool)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         if exc.outcome is not None:  # the report files say what finished, marked interrupted
@@ -96,7 +109,7 @@ def main(args, cfg) -> int:
         _write_report_files(args, outcome)
     if chain is not None:
         try:
-            bisects = _bisect_alarms(args, cfg, outcome, chain)
+            bisects = _bisect_alarms(args, cfg, outcome, dict(chain, pool=pool))
         except workflow.Interrupted as exc:
             views.console(stderr=True).print(f"[yellow]{exc}; the run is stored, and `modelci bisect` with the same "
                                              "ends resumes from the probes already run[/]")

@@ -185,11 +185,17 @@ class Executor:
     """
 
     def __init__(self, python: Path, scratch: Path, *, seed: int = 0, threads: int = 0, isolation: str = "fork",
-                 start_timeout: float = 600.0):
+                 start_timeout: float = 600.0, paths: list[str] = (), home: Path | None = None):
         if isolation not in ISOLATIONS:
             raise UserError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
         self.python = Path(python)
         self.scratch = Path(scratch)
+        #: folders each job puts first on its path (a pythonpath build's checkout); never the worker's own, so
+        #: that one worker serves every commit of a bisect
+        self.paths = [str(p) for p in paths]
+        #: where the worker's log and the `modelci` shim live: the scratch folder, or a folder that outlives it
+        #: when a pool keeps the worker across runs
+        self.home = Path(home) if home is not None else self.scratch
         self.seed, self.threads, self.start_timeout = seed, threads, start_timeout
         #: the isolation asked for; `isolation` is the one in force
         self.configured = isolation
@@ -214,6 +220,17 @@ class Executor:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def rebind(self, scratch: Path, paths: list[str] = ()) -> None:
+        """Serve another run: its scratch folder and its paths; the warm worker stays."""
+        self.scratch, self.paths = Path(scratch), [str(p) for p in paths]
+        self.suite_folders = []
+        self.timings = {"worker_start": 0.0}
+
+    @property
+    def alive(self) -> bool:
+        """Whether a worker is running (started, or ready)."""
+        return self.worker is not None and self.worker.proc.poll() is None
 
     def close(self) -> None:
         """Stop the worker, if one runs."""
@@ -259,7 +276,7 @@ class Executor:
         ended = None if self.reason else self._fork(CHILD, argv, out, timeout, workload.framework)
         if ended is None:
             cmd = [str(self.python), "-m", "modelci.workload.child", *argv]
-            code, seconds = local.spawn(cmd, self._env(), out, timeout)
+            code, seconds = local.spawn(cmd, self._env(with_paths=True), out, timeout)
             result = local.child_outcome(workload, out, code, seconds, timeout)
             result.info.update(isolation="spawn", isolation_reason=self.reason)
             return result
@@ -282,13 +299,17 @@ class Executor:
         """
         ended = self._fork(module, argv, log_dir, timeout, framework, watch)
         if ended is None:
-            return local.spawn([str(self.python), "-m", module, *argv], self._env(), log_dir, timeout, watch)
+            return local.spawn([str(self.python), "-m", module, *argv], self._env(with_paths=True), log_dir, timeout,
+                               watch)
         return ended.code, ended.seconds
 
     # -- the worker ------------------------------------------------------------------------------------
 
-    def _env(self) -> dict[str, str]:
-        return local.child_env(local.shim_dir(self.scratch), self.seed, self.threads)
+    def _env(self, with_paths: bool = False) -> dict[str, str]:
+        """A process's environment; `with_paths` for a spawned child (a forked one is given the paths by its job)."""
+        shim = local.shim_dir(self.home)
+        extra = {"PYTHONPATH": os.pathsep.join([*self.paths, str(shim)])} if with_paths and self.paths else None
+        return local.child_env(shim, self.seed, self.threads, extra)
 
     def start(self, suites: dict[str, Path]) -> None:
         """Start the worker for these suites now, without waiting for it: it imports the frameworks while the
@@ -300,7 +321,7 @@ class Executor:
 
     def _launch(self) -> None:
         start = time.monotonic()
-        log = self.scratch / f"worker-{self.deaths}.log"
+        log = self.home / f"worker-{self.deaths}.log"
         self.worker = Worker(self.python, self._env(), log, self.suite_folders, ["modelci.workload.child"],
                              self.start_timeout)
         self._launched = start
@@ -341,7 +362,7 @@ class Executor:
         pid = None
         try:
             worker.send(module=module, argv=argv, log_dir=str(log_dir), cwd=os.getcwd(), framework=framework,
-                        seed=self.seed)
+                        seed=self.seed, path=self.paths)
             message = worker.receive(deadline)  # "started" comes at once, after the framework's warm-up
             if message is None:  # a warm-up that hangs: only the worker can be killed
                 self._discard_worker()

@@ -4,13 +4,17 @@ Runs inside the environment under test (standard library only). The parent (mode
 talks to it in JSON lines over the worker's stdin and stdout:
 
     worker -> parent  {"event": "ready", "pid": N, "unsafe": "", "preloaded": [...], "skipped": {...}}
-    parent -> worker  {"module": M, "argv": [...], "log_dir": DIR, "cwd": DIR, "framework": F, "seed": N}
+    parent -> worker  {"module": M, "argv": [...], "log_dir": DIR, "cwd": DIR, "framework": F, "seed": N,
+                       "path": [DIR, ...]}
     worker -> parent  {"event": "started", "pid": CHILD}  at once, then
                       {"event": "exited", "pid": CHILD, "status": WAIT_STATUS, "rss": WORKER_RSS}
                       or {"event": "refused", "reason": WHY} when forking is not safe (the parent then spawns)
 
 Each child runs `M.main(argv)` (M: `modelci.workload.child` unless the job names another entry module) exactly
 as `python -m M` would, in its own session, with fd 1 and 2 sent to `stdout.txt` and `stderr.txt` in `log_dir`.
+The job's `path` folders go first on the child's sys.path (and PYTHONPATH, for what it starts), as they would
+on a spawned child's PYTHONPATH: a bisect over a pythonpath build forks every commit's probe from one worker,
+each with its own checkout on the path, while the worker itself never imports the package under test.
 EOF on stdin ends the worker.
 
 At start the worker imports the modules that the suite files import at top level (read from their source,
@@ -308,6 +312,11 @@ def run_child(job: dict[str, Any], channels: tuple[int, int], ranges: list[tuple
             os.dup2(target, fd)
             os.close(target)
         os.chdir(job.get("cwd") or ".")
+        paths = [str(p) for p in job.get("path") or []]
+        if paths:
+            sys.path[0:0] = paths
+            os.environ["PYTHONPATH"] = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            importlib.invalidate_caches()
         populate(ranges)
         entry = importlib.import_module(job.get("module") or "modelci.workload.child")
         sys.argv = [entry.__file__, *job["argv"]]
