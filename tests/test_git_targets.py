@@ -187,3 +187,19 @@ def test_declared_workloads_are_read_without_importing(tmp_path):
     assert ids == ["suite/Numeric", "suite/Slow", "suite/Crash", "suite/SavedModel", "suite/Noisy",
                    "suite/Base", "suite/renamed"]
     assert [w for w, _ in builds.declared_workloads({"suite": suite}, "renamed")] == ["suite/renamed"]
+
+
+def test_a_lock_of_a_pythonpath_run_rebuilds_its_environment_with_the_commit_on_the_path(project, tmp_path):
+    from modelci import cli
+    from modelci.envs import lockfile
+
+    spec = targets.git_spec(str(project["repo"].path), project["shas"]["scaled"], "pythonpath")
+    first = workflow.run(project["cfg"], spec, [str(project["suite"])], "Numeric")
+    path = tmp_path / "run.lock"
+    assert cli.main(["env", "lock", str(first.run_id), "-o", str(path)]) == 0
+    assert "fakefw" not in lockfile.read(path).body(), "the lock holds the dependencies; the commit is on the path"
+
+    again = workflow.run(project["cfg"], spec, [str(project["suite"])], "Numeric", lock=str(path))
+    assert again.environment.id == first.environment.id and again.environment.paths == first.environment.paths
+    assert [r.status for r in again.results] == ["ok"]
+    assert list(again.results[0].outputs["y"]) == [0.75, -1.875, 3.0]

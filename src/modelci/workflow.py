@@ -129,7 +129,12 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
     index = envs.IndexConfig.from_pip()
     index.constraints += envs.constraints.for_config(config.env, cache, sysconfig.get_platform())
     if lock is not None:
-        return envs.ensure_locked(lock, target, config.python, index, cache, log=log, environ=environ)
+        if target.kind == "git":  # a pythonpath build's package is not in the lock: it goes on the path
+            builds.prepare(target, cache, python=config.python, index=index, log=log)
+        env = envs.ensure_locked(lock, target, config.python, index, cache, log=log, environ=environ,
+                                 on_path=bool(target.paths))
+        env.paths = list(target.paths)
+        return env
     requirements = list(target.requirements)
     if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
         requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)

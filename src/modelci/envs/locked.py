@@ -23,14 +23,19 @@ def locked_target(lock: Lock) -> str:
 
 
 def ensure_locked(lock: Lock, target: Any, python: str, index: IndexConfig, cache_dir: Path, *,
-                  log: Callable[[str], object] = print, environ: Mapping[str, str] | None = None) -> Environment:
-    """Build (or reuse) the environment of `lock` and check that it holds `target`; sets `target.version`."""
+                  log: Callable[[str], object] = print, environ: Mapping[str, str] | None = None,
+                  on_path: bool = False) -> Environment:
+    """Build (or reuse) the environment of `lock` and check that it holds `target`; sets `target.version`.
+    With `on_path` the target is not installed but put on the path (a pythonpath build): the lock holds its
+    dependencies only."""
     if target.kind == "current":
         raise UserError("--lock rebuilds an isolated environment; it cannot be combined with --target current")
     env = ensure(EnvSpec(requirements=[], python=python, index=index, lock=lock), cache_dir, log=log,
                  environ=environ)
     version = installed_version(env, target.name)
     where = lock.file or lock.source or "the lock"
+    if version is None and on_path:
+        return env
     if version is None:
         raise UserError(f"target {target.spec}: {where} holds no {target.name}; lock an environment of this target")
     wanted = target.version
