@@ -15,8 +15,9 @@ and computes a value; one commit (CULPRIT) scales it. Each run measures, side by
   bad run to the named culprit; the same with `--jobs 2`, and with `--build wheel` (an in-tree PEP 517 backend,
   so wheel builds work offline).
 
-Every modelci case gets a fresh history and cache folder (uv's cache is shared and warm), whose good end is run
-first, untimed. Times are wall-clock seconds of the whole command; the table gives medians over the runs and the
+Every modelci case gets a fresh history, whose good end is run first, untimed; the cache folder (environments,
+the repository's mirror) and uv's cache are shared and warm, and every build and checkout is removed before each
+case. Times are wall-clock seconds of the whole command; the table gives medians over the runs and the
 ratios of the medians measured in the same runs.
 """
 
@@ -181,14 +182,19 @@ def modelci(args: list[str], cwd: Path, log: Path) -> tuple[float, int]:
     return time.perf_counter() - start, proc.returncode
 
 
-def case(name: str, work: Path, repo: Path, suite: Path, shas: list[str], build: str, chain: bool,
+def case(name: str, work: Path, cache: Path, repo: Path, suite: Path, shas: list[str], build: str, chain: bool,
          jobs: int = 1) -> dict:
-    """One modelci case from a fresh history: the good end run first (untimed), then the timed command."""
+    """One modelci case from a fresh history: the good end run first (untimed), then the timed command.
+
+    The cache folder is shared by every case, as on a CI runner: the good end's environment and the repository's
+    mirror are there. Every build and checkout is removed first, so each case builds all it probes but the good
+    end, which the untimed run builds."""
     project = work / name
     shutil.rmtree(project, ignore_errors=True)
     project.mkdir(parents=True)
-    (project / "modelci.toml").write_text(f'cache_dir = "{project / "cache"}"\ntimeout = 600\n'
-                                          'runner = "bench"\n')
+    for folder in ("builds", "worktrees"):
+        shutil.rmtree(cache / folder, ignore_errors=True)
+    (project / "modelci.toml").write_text(f'cache_dir = "{cache}"\ntimeout = 600\nrunner = "bench"\n')
     log = project / "log.txt"
     common = ["--suite", str(suite), "-k", "Value", "--build", build]
     _, code = modelci(["run", "--repo", str(repo), "--ref", shas[0], *common], project, log)
@@ -245,7 +251,7 @@ def main() -> None:
             steps.append(count)
             print(f"run {run + 1}: expert {seconds:.1f} s ({count} steps)", flush=True)
             for name, build, chain, jobs in CASES:
-                measured = case(name, work / f"run{run}", repo, suite, shas, build, chain, jobs)
+                measured = case(name, work / f"run{run}", work / "cache", repo, suite, shas, build, chain, jobs)
                 times.setdefault(name, []).append(measured["seconds"])
                 builds.setdefault(name, []).append(measured["builds"])
                 print(f"run {run + 1}: {name} {measured['seconds']:.1f} s, {measured['builds']} builds, "

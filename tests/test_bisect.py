@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.server
 import json
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -189,7 +190,15 @@ def test_a_ref_that_does_not_exist_is_named(history):
 
 @pytest.mark.slow
 def test_parallel_probes_search_k_plus_1_ways(history):
-    result = run_bisect(history, "Numeric", jobs=3, first_parent=True)
+    from modelci import workflow
+
+    with workflow.WorkerPool(history["cfg"]) as pool:
+        result = run_bisect(history, "Numeric", jobs=3, first_parent=True, pool=pool)
+        # the commits share one environment, and the probes of a round fork from its one warm worker together
+        assert len(pool._all) == 1 and pool._all[0].alive
+        worker = pool._all[0].worker.pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)  # closing the pool stopped it
 
     assert history["name"][result.culprit.item] == "c3"
     per_round = {}
@@ -403,3 +412,22 @@ def test_an_improvement_is_bisected_to_the_commit_that_made_it(tmp_path):
     assert result.confirmation["numbers"]["ratio"] > 3, "the last old commit is slower than the first new one"
     assert {p.verdict for p in result.probes} <= {"old", "new", "skip"}
     assert within_cost_target(result)
+
+
+@pytest.mark.slow
+def test_cli_invert_names_the_first_improved_commit(history, tmp_path):
+    out = tmp_path / "bisect.json"
+    cmd = [sys.executable, "-m", "modelci.cli", "bisect", "--repo", str(history["repo"]), "--old", history["c"]["c2"],
+           "--new", history["c"]["c5"], "--suite", str(history["suite"]), "-k", "Numeric", "--build", "pythonpath",
+           "--json", str(out)]
+    proc = subprocess.run([*cmd, "--invert"], cwd=history["root"] / "project", capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "first improved:" in proc.stdout and "Scale the output layer" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["direction"] == "improvement" and report["culprit"]["item"] == history["c"]["c3"]
+    assert {p["verdict"] for p in report["probes"]} <= {"old", "new", "skip"}
+
+    # the same ends without --invert: c2 -> c5 changed the outputs, which is what a regression bisect follows
+    again = subprocess.run(cmd, cwd=history["root"] / "project", capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "first bad:" in again.stdout

@@ -462,8 +462,9 @@ class WorkerPool:
     share the environment of their dependencies), so one worker imports the framework once and every probe forks
     from it with its own checkout on the path (`Executor.paths`), instead of paying `import torch` per probe.
 
-    One executor per environment and concurrent run (`--jobs K` takes up to K); the workers' logs and the
-    `modelci` shim live in the pool's own folder, which outlives each run's scratch folder. `close()` stops every
+    One worker per environment: runs at the same time (`--jobs K`) fork from it together (Executor.borrow), so K
+    probes cost one import of the framework; the workers' logs and the `modelci` shim live in the pool's own
+    folder, which outlives each run's scratch folder. `close()` stops every
     worker and removes the folder; use it as a context manager.
     """
 
@@ -472,6 +473,8 @@ class WorkerPool:
         self._idle: dict[tuple, list[forked.Executor]] = {}
         self._busy: dict[int, tuple] = {}
         self._all: list[forked.Executor] = []
+        #: the executor that owns the worker of each key; others borrow it while it is busy
+        self._owners: dict[tuple, forked.Executor] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> WorkerPool:
@@ -487,12 +490,16 @@ class WorkerPool:
         with self._lock:
             idle = self._idle.get(key) or []
             executor = idle.pop() if idle else None
+            if executor is None and key in self._owners:
+                # its worker is busy with another run of this round: fork from it too (see Executor.borrow)
+                executor = self._owners[key].borrow(scratch, env.paths)
             if executor is None:
                 home = Path(tempfile.mkdtemp(prefix="worker-", dir=self.root))
                 executor = forked.Executor(env.python, scratch, seed=config.seed, threads=config.threads,
                                            isolation=isolation, start_timeout=config.timeout, paths=env.paths,
                                            home=home)
                 self._all.append(executor)
+                self._owners[key] = executor
             self._busy[id(executor)] = key
         executor.rebind(scratch, env.paths)
         return executor
@@ -503,6 +510,8 @@ class WorkerPool:
             key = self._busy.pop(id(executor), None)
             if key is None:
                 return  # released already
+            if executor.lender is not None:
+                return  # a borrower: the worker stays with its owner
             if executor.worker is not None and not executor.alive:
                 executor.close()
             self._idle.setdefault(key, []).append(executor)
@@ -510,7 +519,7 @@ class WorkerPool:
     def close(self) -> None:
         """Stop every worker and remove the pool's folder."""
         with self._lock:
-            executors, self._all, self._idle, self._busy = self._all, [], {}, {}
+            executors, self._all, self._idle, self._busy, self._owners = self._all, [], {}, {}, {}
         for executor in executors:
             executor.close()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -15,6 +15,7 @@ forks the other ranks from itself after the prologue (`--ranks fork`, see worklo
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,10 +77,22 @@ class Worker:
         self.timeout = timeout
         #: the worker's "ready" message, once `wait_ready` has read it
         self.ready: dict[str, Any] | None = None
+        # jobs from several threads at once (a pool's executors sharing this worker): answers by job id
+        self._cond = threading.Condition()
+        self._reading = False
+        self._answers: dict[Any, list[dict[str, Any]]] = {}
+        self._died = ""
+        self._jobs = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._ready_lock = threading.Lock()
 
     def wait_ready(self) -> dict[str, Any]:
         """The worker's "ready" message, waiting for it (the frameworks' import) the first time; a worker that
         sends none within its timeout is killed and raises WorkerDied."""
+        with self._ready_lock:
+            return self._wait_ready()
+
+    def _wait_ready(self) -> dict[str, Any]:
         if self.ready is None:
             try:
                 ready = self.receive(time.monotonic() + self.timeout)
@@ -99,10 +113,51 @@ class Worker:
     def send(self, **message: Any) -> None:
         """Send one job."""
         try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
+            with self._send_lock:
+                self.proc.stdin.write((json.dumps(message) + "\n").encode())
+                self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError) as exc:
             raise WorkerDied(f"the worker's pipe is closed ({exc})" + self._log_tail()) from None
+
+    def submit(self, **message: Any) -> int:
+        """Send one job with a fresh id, which the worker's answers about it repeat; returns the id."""
+        job = next(self._jobs)
+        self.send(id=job, **message)
+        return job
+
+    def answer(self, job: int, deadline: float) -> dict[str, Any] | None:
+        """The next message about `job`, or None when `deadline` (time.monotonic) passes first; raises WorkerDied.
+
+        Several threads may wait at once: whoever reads the pipe files each message under its job, in slices
+        short enough that every thread gets its answer soon after it came."""
+        while True:
+            with self._cond:
+                while True:
+                    queue = self._answers.get(job)
+                    if queue:
+                        return queue.pop(0)
+                    if self._died:
+                        raise WorkerDied(self._died)
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    self._cond.wait(min(remaining, 0.05))
+            message = None
+            try:
+                message = self.receive(min(deadline, time.monotonic() + 0.05))
+            except WorkerDied as exc:
+                with self._cond:
+                    self._died = str(exc)
+                raise
+            finally:
+                with self._cond:
+                    self._reading = False
+                    if message is not None:
+                        self._answers.setdefault(message.get("job"), []).append(message)
+                    self._cond.notify_all()
 
     def receive(self, deadline: float) -> dict[str, Any] | None:
         """The next message, or None when `deadline` (time.monotonic) passes first; EOF raises WorkerDied."""
@@ -196,6 +251,9 @@ class Executor:
         #: where the worker's log and the `modelci` shim live: the scratch folder, or a folder that outlives it
         #: when a pool keeps the worker across runs
         self.home = Path(home) if home is not None else self.scratch
+        #: an executor whose worker this one shares (`borrow`): jobs of both are forked from one warm worker
+        self.lender: Executor | None = None
+        self._lock = threading.RLock()
         self.seed, self.threads, self.start_timeout = seed, threads, start_timeout
         #: the isolation asked for; `isolation` is the one in force
         self.configured = isolation
@@ -227,13 +285,26 @@ class Executor:
         self.suite_folders = []
         self.timings = {"worker_start": 0.0}
 
+    def borrow(self, scratch: Path, paths: list[str] = ()) -> Executor:
+        """An executor for another run at the same time that forks from this one's worker (which may still be
+        starting): `--jobs K` probes of one environment then cost one import of the framework, not K. Closing it
+        leaves the worker to this executor."""
+        other = Executor(self.python, scratch, seed=self.seed, threads=self.threads, isolation=self.configured,
+                         start_timeout=self.start_timeout, paths=paths, home=self.home)
+        other.lender, other.reason = self, self.reason
+        return other
+
     @property
     def alive(self) -> bool:
         """Whether a worker is running (started, or ready)."""
+        if self.lender is not None:
+            return self.lender.alive
         return self.worker is not None and self.worker.proc.poll() is None
 
     def close(self) -> None:
         """Stop the worker, if one runs."""
+        if self.lender is not None:
+            return  # the worker is the lender's
         if self.worker is not None:
             worker, self.worker = self.worker, None
             if worker.ready is None:  # still importing: nothing to finish, and no reason to wait for it
@@ -316,8 +387,12 @@ class Executor:
         caller does its own work (issue 9: the harness imports its store and checks meanwhile). Discovery and
         the first workload wait for it to be ready. Nothing happens when the executor spawns."""
         self.suite_folders = list(suites.values())
-        if self.worker is None and not self.reason:
-            self._launch()
+        if self.lender is not None:
+            self.lender.start(suites)
+            return
+        with self._lock:
+            if self.worker is None and not self.reason:
+                self._launch()
 
     def _launch(self) -> None:
         start = time.monotonic()
@@ -328,6 +403,14 @@ class Executor:
 
     def _worker(self) -> Worker | None:
         """The running worker, started now if needed and ready; None (with `reason` set) when none can run."""
+        if self.lender is not None:
+            worker = self.lender._worker()
+            self.reason = self.reason or self.lender.reason
+            return None if self.reason else worker
+        with self._lock:
+            return self._own_worker()
+
+    def _own_worker(self) -> Worker | None:
         if self.reason:
             return self.worker
         if self.worker is None:
@@ -361,9 +444,9 @@ class Executor:
         deadline = start + timeout if timeout is not None else float("inf")
         pid = None
         try:
-            worker.send(module=module, argv=argv, log_dir=str(log_dir), cwd=os.getcwd(), framework=framework,
-                        seed=self.seed, path=self.paths)
-            message = worker.receive(deadline)  # "started" comes at once, after the framework's warm-up
+            job = worker.submit(module=module, argv=argv, log_dir=str(log_dir), cwd=os.getcwd(),
+                                framework=framework, seed=self.seed, path=self.paths)
+            message = worker.answer(job, deadline)  # "started" comes at once, after the framework's warm-up
             if message is None:  # a warm-up that hangs: only the worker can be killed
                 self._discard_worker()
                 return ForkOutcome(None, time.monotonic() - start)
@@ -372,10 +455,10 @@ class Executor:
                 self.close()
                 return None
             pid = self.child_pid = message["pid"]
-            message = self._wait(worker, deadline, watch)
+            message = self._wait(worker, job, deadline, watch)
             if message is None:
                 kill_group(pid)
-                if worker.receive(time.monotonic() + GRACE_S) is None:
+                if worker.answer(job, time.monotonic() + GRACE_S) is None:
                     self._discard_worker()
                 return ForkOutcome(None, time.monotonic() - start)
             code = os.waitstatus_to_exitcode(message["status"])
@@ -395,16 +478,20 @@ class Executor:
             raise
 
     @staticmethod
-    def _wait(worker: Worker, deadline: float, watch: Callable[[], bool] | None) -> dict[str, Any] | None:
-        """The worker's next message; None when `deadline` passes or `watch` returns True first."""
+    def _wait(worker: Worker, job: int, deadline: float,
+              watch: Callable[[], bool] | None) -> dict[str, Any] | None:
+        """The worker's next message about `job`; None when `deadline` passes or `watch` returns True first."""
         if watch is None:
-            return worker.receive(deadline)
+            return worker.answer(job, deadline)
         while True:
-            message = worker.receive(min(deadline, time.monotonic() + local.WATCH_INTERVAL))
+            message = worker.answer(job, min(deadline, time.monotonic() + local.WATCH_INTERVAL))
             if message is not None or time.monotonic() >= deadline or watch():
                 return message
 
     def _discard_worker(self) -> None:
+        if self.lender is not None:
+            self.lender._discard_worker()
+            return
         if self.worker is not None:
             worker, self.worker = self.worker, None
             worker.kill()

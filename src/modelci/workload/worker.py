@@ -6,9 +6,13 @@ talks to it in JSON lines over the worker's stdin and stdout:
     worker -> parent  {"event": "ready", "pid": N, "unsafe": "", "preloaded": [...], "skipped": {...}}
     parent -> worker  {"module": M, "argv": [...], "log_dir": DIR, "cwd": DIR, "framework": F, "seed": N,
                        "path": [DIR, ...]}
-    worker -> parent  {"event": "started", "pid": CHILD}  at once, then
-                      {"event": "exited", "pid": CHILD, "status": WAIT_STATUS, "rss": WORKER_RSS}
-                      or {"event": "refused", "reason": WHY} when forking is not safe (the parent then spawns)
+    worker -> parent  {"event": "started", "pid": CHILD, "job": ID}  at once, then
+                      {"event": "exited", "pid": CHILD, "status": WAIT_STATUS, "rss": WORKER_RSS, "job": ID}
+                      or {"event": "refused", "reason": WHY, "job": ID} when forking is not safe (the parent
+                      then spawns)
+
+A job may carry an `id`, which every message about it repeats: jobs may overlap (a second is forked while the
+first child runs), and the parent matches the answers by id.
 
 Each child runs `M.main(argv)` (M: `modelci.workload.child` unless the job names another entry module) exactly
 as `python -m M` would, in its own session, with fd 1 and 2 sent to `stdout.txt` and `stderr.txt` in `log_dir`.
@@ -293,7 +297,7 @@ def populate(ranges: list[tuple[int, int]]) -> None:
 # -- the child ------------------------------------------------------------------------------------------
 
 
-def run_child(job: dict[str, Any], channels: tuple[int, int], ranges: list[tuple[int, int]], worker: int) -> None:
+def run_child(job: dict[str, Any], channels: tuple[int, ...], ranges: list[tuple[int, int]], worker: int) -> None:
     """In the forked child: a session of its own, logs to files, then the child entry point; never returns.
 
     It dies with the worker (`worker` is its pid): the worker, on its way out, ends this child's process group.
@@ -303,7 +307,7 @@ def run_child(job: dict[str, Any], channels: tuple[int, int], ranges: list[tuple
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's parent-death handler is not the child's
         lifeline.die_with_parent(worker)
         for fd in channels:
-            os.close(fd)  # the worker's pipes: the parent must see EOF when the worker dies, not when we do
+            os.close(fd)  # the worker's pipes and pidfds: the parent must see EOF when the worker dies, not when we do
         os.setsid()
         log_dir = Path(job["log_dir"])
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -348,7 +352,9 @@ class Channel:
 
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.dup(0), os.dup(1)
-        self.reader = os.fdopen(self.read_fd, "rb")
+        self._buffer = b""
+        #: set once the parent closed its end
+        self.closed = False
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -358,18 +364,28 @@ class Channel:
         """Write one message as one line."""
         os.write(self.write_fd, (json.dumps(message) + "\n").encode())
 
-    def receive(self) -> dict[str, Any] | None:
-        """The next message, or None at EOF."""
-        line = self.reader.readline()
-        return json.loads(line) if line else None
+    def receive(self, watch: list[int] = (), timeout: float | None = None) -> dict[str, Any] | None:
+        """The next message; None at EOF (then `closed` is set), or as soon as one of the `watch` file
+        descriptors is readable or `timeout` seconds pass, whichever comes first."""
+        while b"\n" not in self._buffer:
+            if self.closed:
+                return None
+            readable, _, _ = select.select([self.read_fd, *watch], [], [], timeout)
+            if self.read_fd not in readable:
+                return None
+            chunk = os.read(self.read_fd, 65536)
+            if not chunk:
+                self.closed = True
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
 
-    def closed(self) -> bool:
-        """Whether the parent closed its end (call only when a read would not block: `select` said readable)."""
-        return self.reader.peek(1) == b""
 
-
-#: the forked child running now (its pid is its process group), for `_parent_gone`
-_running: dict[str, int | None] = {"pid": None}
+#: the forked children running now (each pid is its process group), for `_parent_gone`
+_running: dict[int, int | None] = {}  # pid -> a pidfd that is readable once it exits (None: poll)
+#: seconds between two looks for a child that ended, where pidfd_open is missing
+REAP_INTERVAL = 0.01
 
 
 def end_group(pid: int) -> None:
@@ -382,38 +398,21 @@ def end_group(pid: int) -> None:
 
 
 def _parent_gone(signum: int, frame: Any) -> None:
-    """The harness ended (the parent-death signal, SIGTERM): end the running child's group, then this worker."""
-    if _running["pid"] is not None:
-        end_group(_running["pid"])
+    """The harness ended (the parent-death signal, SIGTERM): end the running children's groups, then this worker."""
+    for pid in list(_running):
+        end_group(pid)
     os._exit(1)
 
 
-def wait_child(pid: int, channel: Channel) -> int:
-    """The wait status of child `pid`, once it exits. Should the parent's end of the job pipe close first (the
-    harness was killed; the parent-death signal may not come, as it follows the thread that started this
-    worker), the child's group and this worker end at once."""
-    try:
-        pidfd = os.pidfd_open(pid)  # readable once the child exits: Linux 5.3, Python 3.9
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        while True:
-            watched = [channel.read_fd] if pidfd is None else [channel.read_fd, pidfd]
-            readable, _, _ = select.select(watched, [], [], 0.01 if pidfd is None else None)
-            if channel.read_fd in readable and channel.closed():
-                _parent_gone(0, None)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return status
-            if channel.read_fd in readable:  # a message while a job runs: not the protocol; just wait
-                return os.waitpid(pid, 0)[1]
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
 def serve(channel: Channel, names: list[str]) -> int:
-    """Preload, report ready, then fork one child per job; exits the process at EOF."""
+    """Preload, report ready, then fork one child per job; exits the process at EOF, once its children ended.
+
+    Jobs may overlap: a second job is forked while the first child still runs (a bisect with `--jobs K` forks
+    its K probes of a round from one worker instead of importing the framework in K workers). Each message about
+    a job carries the job's `id`, so the parent can tell them apart. Should the parent's end of the job pipe close
+    while children run (the harness was killed; the parent-death signal may not come, as it follows the thread
+    that started this worker), the children's groups and this worker end at once.
+    """
     done: list[str] = []
     skipped: dict[str, str] = {}
     warmed: set[str] = set()
@@ -426,34 +425,57 @@ def serve(channel: Channel, names: list[str]) -> int:
     ranges = [] if unsafe else resident_file_pages()
     channel.send(event="ready", protocol=PROTOCOL, pid=os.getpid(), unsafe=unsafe, preloaded=done,
                  skipped=skipped, rss=rss_bytes())
+    children: dict[int, Any] = {}  # pid -> the job's id
     while True:
-        job = channel.receive()
-        if job is None:
+        _reap(channel, children)
+        pidfds = [fd for fd in _running.values() if fd is not None]
+        polling = any(fd is None for fd in _running.values())
+        job = channel.receive(pidfds, REAP_INTERVAL if polling else None)
+        if channel.closed:
+            if children:
+                _parent_gone(0, None)
             # EOF: nothing is left to do, and a normal interpreter exit tears torch's modules down for half a
             # second while the parent waits (issue 9); every child has been reaped already
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+        if job is None:
+            continue  # a child ended: reaped at the top
         framework = job.get("framework") or ""
         if framework and framework not in warmed and not unsafe:
             warmed.add(framework)
             unsafe = warm_up(framework, int(job.get("seed", 0))) or fork_hazard()
             ranges = [] if unsafe else resident_file_pages()
         if unsafe:
-            channel.send(event="refused", reason=unsafe)
+            channel.send(event="refused", reason=unsafe, job=job.get("id"))
             continue
         sys.stdout.flush()
         sys.stderr.flush()
         worker = os.getpid()
         pid = os.fork()
         if pid == 0:
-            run_child(job, (channel.read_fd, channel.write_fd), ranges, worker)
-        _running["pid"] = pid
-        channel.send(event="started", pid=pid)
-        status = wait_child(pid, channel)
+            run_child(job, (channel.read_fd, channel.write_fd, *pidfds), ranges, worker)
+        try:
+            _running[pid] = os.pidfd_open(pid)  # readable once the child exits: Linux 5.3, Python 3.9
+        except (AttributeError, OSError):
+            _running[pid] = None
+        children[pid] = job.get("id")
+        channel.send(event="started", pid=pid, job=job.get("id"))
+
+
+def _reap(channel: Channel, children: dict[int, Any]) -> None:
+    """Tell the parent about each child that ended, once what it started and left running is ended too."""
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        if pid not in children:
+            continue
         end_group(pid)  # what the workload started and left running goes with it
-        _running["pid"] = None
-        channel.send(event="exited", pid=pid, status=status, rss=rss_bytes())
+        pidfd = _running.pop(pid, None)
+        if pidfd is not None:
+            os.close(pidfd)
+        channel.send(event="exited", pid=pid, status=status, rss=rss_bytes(), job=children.pop(pid))
 
 
 def main(argv: list[str] | None = None) -> int:
