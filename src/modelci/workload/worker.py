@@ -307,7 +307,7 @@ def run_child(job: dict[str, Any], channels: tuple[int, ...], ranges: list[tuple
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's parent-death handler is not the child's
         lifeline.die_with_parent(worker)
         for fd in channels:
-            os.close(fd)  # the worker's pipes and pidfds: the parent must see EOF when the worker dies, not when we do
+            os.close(fd)  # the worker's pipes and pidfds: the parent must see EOF when the worker dies
         os.setsid()
         log_dir = Path(job["log_dir"])
         log_dir.mkdir(parents=True, exist_ok=True)
