@@ -123,8 +123,8 @@ class BisectResult:
             "range_size": self.range_size, "builds": self.builds, "fresh_builds": self.fresh_builds,
             "evidence": self.evidence, "confirmation": self.confirmation, "inconsistent": self.inconsistent,
             "message": self.message,
-            "probes": [{"item": p.item, "spec": p.spec, "label": p.label, "verdict": p.verdict, "why": p.why, "status": p.status,
-                        "round": p.round, "run_id": p.run_id, "built": p.built, "reused": p.reused,
+            "probes": [{"item": p.item, "spec": p.spec, "label": p.label, "verdict": p.verdict, "why": p.why,
+                        "status": p.status, "round": p.round, "run_id": p.run_id, "built": p.built, "reused": p.reused,
                         "numbers": p.numbers} for p in self.probes],
         }
 
