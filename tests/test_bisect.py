@@ -195,7 +195,8 @@ def test_parallel_probes_search_k_plus_1_ways(history):
     with workflow.WorkerPool(history["cfg"]) as pool:
         result = run_bisect(history, "Numeric", jobs=3, first_parent=True, pool=pool)
         # the commits share one environment, and the probes of a round fork from its one warm worker together
-        assert len(pool._all) == 1 and pool._all[0].alive
+        assert len(pool._all) == 1 and pool._all[0].alive, (pool._all[0].reason, pool._all[0].deaths, [
+            p.read_text()[-2000:] for p in pool.root.rglob("worker-*.log")])
         worker = pool._all[0].worker.pid
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)  # closing the pool stopped it

@@ -13,6 +13,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -475,6 +476,9 @@ class WorkerPool:
         self._all: list[forked.Executor] = []
         #: the executor that owns the worker of each key; others borrow it while it is busy
         self._owners: dict[tuple, forked.Executor] = {}
+        # workers are started by this one thread, which lives as long as the pool: their parent-death signal
+        # follows the thread that started them, and a bisect's probe threads end after each round
+        self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelci-pool")
         self._lock = threading.Lock()
 
     def __enter__(self) -> WorkerPool:
@@ -498,6 +502,7 @@ class WorkerPool:
                 executor = forked.Executor(env.python, scratch, seed=config.seed, threads=config.threads,
                                            isolation=isolation, start_timeout=config.timeout, paths=env.paths,
                                            home=home)
+                executor.launcher = self._launch
                 self._all.append(executor)
                 self._owners[key] = executor
             self._busy[id(executor)] = key
@@ -516,12 +521,16 @@ class WorkerPool:
                 executor.close()
             self._idle.setdefault(key, []).append(executor)
 
+    def _launch(self, make: Any) -> forked.Worker:
+        return self._launcher.submit(make).result()
+
     def close(self) -> None:
         """Stop every worker and remove the pool's folder."""
         with self._lock:
             executors, self._all, self._idle, self._busy, self._owners = self._all, [], {}, {}, {}
         for executor in executors:
             executor.close()
+        self._launcher.shutdown(wait=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -253,6 +253,8 @@ class Executor:
         self.home = Path(home) if home is not None else self.scratch
         #: an executor whose worker this one shares (`borrow`): jobs of both are forked from one warm worker
         self.lender: Executor | None = None
+        #: runs the worker's start in a thread that outlives this executor's callers (see `_launch`)
+        self.launcher: Callable[[Callable[[], Worker]], Worker] | None = None
         self._lock = threading.RLock()
         self.seed, self.threads, self.start_timeout = seed, threads, start_timeout
         #: the isolation asked for; `isolation` is the one in force
@@ -397,8 +399,15 @@ class Executor:
     def _launch(self) -> None:
         start = time.monotonic()
         log = self.home / f"worker-{self.deaths}.log"
-        self.worker = Worker(self.python, self._env(), log, self.suite_folders, ["modelci.workload.child"],
-                             self.start_timeout)
+
+        def make() -> Worker:
+            return Worker(self.python, self._env(), log, self.suite_folders, ["modelci.workload.child"],
+                          self.start_timeout)
+
+        # the worker's parent-death signal follows the thread that starts it (lifeline.py): a worker that
+        # outlives the run's thread (a pool's, used by the threads of one bisect round) is started by the
+        # pool's own long-lived thread
+        self.worker = self.launcher(make) if self.launcher is not None else make()
         self._launched = start
 
     def _worker(self) -> Worker | None:
