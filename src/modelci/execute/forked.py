@@ -128,8 +128,8 @@ class Worker:
     def answer(self, job: int, deadline: float) -> dict[str, Any] | None:
         """The next message about `job`, or None when `deadline` (time.monotonic) passes first; raises WorkerDied.
 
-        Several threads may wait at once: whoever reads the pipe files each message under its job, in slices
-        short enough that every thread gets its answer soon after it came."""
+        Several threads may wait at once: one reads the pipe and files each message under its job as it comes,
+        waking the others; when its own deadline passes, another takes over."""
         while True:
             with self._cond:
                 while True:
@@ -147,7 +147,7 @@ class Worker:
                     self._cond.wait(min(remaining, 0.05))
             message = None
             try:
-                message = self.receive(min(deadline, time.monotonic() + 0.05))
+                message = self.receive(deadline)
             except WorkerDied as exc:
                 with self._cond:
                     self._died = str(exc)
