@@ -1,6 +1,6 @@
 """Configuration: `modelci.toml` or `[tool.modelci]` in pyproject.toml, `MODELCI_*` variables, CLI flags.
 
-Each option is declared once, with its type, default, variable and help (STYLE.md, nox `_option_set`).
+Each option is declared once, with its type, default, variable and help (docs/design.md: nox `_option_set`).
 Precedence is CLI > environment > file > default, and `Config.sources` says where each value came from.
 """
 
@@ -19,10 +19,7 @@ from typing import Any, Callable
 
 from modelci.errors import UserError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+import tomllib
 
 
 @dataclass(frozen=True)

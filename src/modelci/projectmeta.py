@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import configparser
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.parser import Parser
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+import tomllib
 
 #: the files that make a folder a Python project for a build
 PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
