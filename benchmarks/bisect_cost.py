@@ -1,4 +1,4 @@
-"""What a bisect costs, against the targets of issue 7 (figures in docs/bisect.md).
+"""What a bisect costs, against its targets (figures in docs/bisect.md).
 
 Named bisect_cost.py, not bisect.py: a script's folder comes first on sys.path, and a `bisect.py` there would
 shadow the standard library's `bisect` (imported by `random`) for every benchmark in this folder.

@@ -1,4 +1,4 @@
-"""Benchmark (issue 6): storing and checking 100 saved models, against the time of the loads themselves.
+"""Benchmark: storing and checking 100 saved models, against the time of the loads themselves.
 
     .venv/bin/python benchmarks/compat.py [--repeats 3] [--models 100] [--no-docs]
 

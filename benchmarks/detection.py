@@ -16,7 +16,7 @@ Steps of 5% and 10% start at a random index in [20, 180).
   index as the series' previous alarm is the same alarm (alarms persist until resolved), so it is counted once;
   one whose index moved counts again.
 - history-both: the same with ``worse="both"``, which reports changes either way (curves with no direction).
-- pairwise: the DESIGN timing check between consecutive points: point i against point i-1 is an alarm when
+- pairwise: the pairwise timing check between consecutive points: point i against point i-1 is an alarm when
   median_i / median_{i-1} > 1.10 and a one-sided Mann-Whitney U on the 5 vs 5 raw samples gives p < 0.05.
 - offline: ``detect_changes`` on each whole series.
 - bound: the best one-sided tail test there is, with the noise known (see bound_alarms).

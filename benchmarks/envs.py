@@ -7,7 +7,7 @@ The requirement is `torch==2.13.0`, installed from where pip's configuration say
 constraints: `IndexConfig.from_pip()`), never from hardcoded paths; the benchmark checks that the environment
 got the CPU build (2.13.0+cpu) and no CUDA package. Measured side by side in one run, medians of the repeats:
 
-- cached: `envs.ensure(spec)` when the environment is in the cache (issue 3: must be under 2 s);
+- cached: `envs.ensure(spec)` when the environment is in the cache (must be under 2 s);
 - relinked: `envs.ensure(spec)` after the environment folder was removed (`env gc`) while uv's cache still holds
   the unpacked wheels: uv links them in again, and the fingerprint probe imports torch;
 - cold: the first build, with uv's cache empty (once);

@@ -1,4 +1,4 @@
-"""How long a git-commit target takes to build, per strategy (issue 3, speed: pythonpath < 1 s; docs/bisect.md).
+"""How long a git-commit target takes to build, per strategy (speed: pythonpath < 1 s; docs/bisect.md).
 
     .venv/bin/python benchmarks/git_targets.py           # 8 commits, writes its table into docs/bisect.md
     .venv/bin/python benchmarks/git_targets.py --print   # prints only
@@ -69,7 +69,7 @@ def table(times: dict[str, list[float]]) -> list[str]:
     lines = [f"{COMMITS} commits of a pure-Python package, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
              "medians over commits 2..8 (commit 1 also clones the mirror):", "",
              "| step | median | first commit | target |", "|---|---:|---:|---|"]
-    targets = {"pythonpath build": "< 1 s (issue 3)"}
+    targets = {"pythonpath build": "< 1 s"}
     for name, values in times.items():
         lines.append(f"| {name} | {statistics.median(values[1:]) * 1000:.1f} ms | {values[0] * 1000:.1f} ms | "
                      f"{targets.get(name, '')} |")

@@ -1,4 +1,4 @@
-"""What the harness costs (issue 9, docs/overhead.md): `modelci run` on zoo:torch against a plain script.
+"""What the harness costs (docs/overhead.md): `modelci run` on zoo:torch against a plain script.
 
     .venv/bin/python benchmarks/overhead.py                 # 3 rounds of plain + fork (+ 1 spawn), prints markdown
     .venv/bin/python benchmarks/overhead.py --runs 5 --spawn-runs 0 -k LeNet

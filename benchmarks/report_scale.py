@@ -1,4 +1,4 @@
-"""How fast `modelci report` writes the dashboard for a large history, and how large its pages get (issue 8).
+"""How fast `modelci report` writes the dashboard for a large history, and how large its pages get.
 
 Generates a history of W workloads x T targets (default 50 x 500: 500 runs, 25,000 results, 125,000 metric
 series, 175,000 findings) straight through the Store API: one `Store.ingest` per run, the findings of a run in

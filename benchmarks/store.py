@@ -1,4 +1,4 @@
-"""Store speed (issue 9, docs/overhead.md): ingesting a run of 100 results, and `history` over 10,000 runs.
+"""Store speed (docs/overhead.md): ingesting a run of 100 results, and `history` over 10,000 runs.
 
     .venv/bin/python benchmarks/store.py                  # prints markdown
     .venv/bin/python benchmarks/store.py --runs 2000      # a smaller history

@@ -1,4 +1,4 @@
-"""The built-in zoos through the real `modelci run` (issue 4, "Done means"; figures in docs/zoo.md).
+"""The built-in zoos through the real `modelci run` (figures in docs/zoo.md).
 
     .venv/bin/python benchmarks/zoo.py --target torch==2.13.0 --suite zoo:torch [--runs 2] [--write-docs]
     .venv/bin/python benchmarks/zoo.py --target paddlepaddle==3.0.0 --suite zoo:paddle [--runs 2] [--write-docs]

@@ -1,7 +1,7 @@
 """The fake framework `compatfw` 1.0 / 2.0 and a suite on top of it, for the backward-compatibility tests.
 
 Pure Python (no numpy), so that it installs offline in milliseconds. Version 2.0 differs from 1.0 in exactly
-three ways (issue 6, "Done means"): `Dense` renames a state key (weight -> kernel), `Scaled` changes its
+three ways: `Dense` renames a state key (weight -> kernel), `Scaled` changes its
 numerics by 1e-3 relative, and the `text` format is gone. Everything else must stay `ok`.
 """
 

@@ -1,4 +1,4 @@
-"""Real git repositories made in the tests, holding the pure-Python fake framework `fakefw` (issue 7, "Tests").
+"""Real git repositories made in the tests, holding the pure-Python fake framework `fakefw`.
 
 Each commit writes `fakefw/__init__.py` from a few knobs (numeric scale, kernel delay, crash, saved-model format),
 so a test says which commit changes what. The project has a pyproject.toml with an in-tree PEP 517 backend

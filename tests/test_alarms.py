@@ -324,8 +324,8 @@ def preloaded(root) -> dict:
 
 
 def test_a_run_imports_what_its_checks_will_need_beside_the_worker(tmp_path):
-    """Issue 9: scipy.stats (the rank tests) once the runner has a history, ruptures once its series can be
-    segmented, imported in a thread while the worker imports the framework; a first run imports neither."""
+    """scipy.stats (the rank tests) once the runner has a history, ruptures once its series can be segmented,
+    imported in a thread while the worker imports the framework; a first run imports neither."""
     history = History(tmp_path / "project")
     assert preloaded(history.root) == {"thread": False, "imported": []}
     history.run("1.0", [timed("s/w")], alarms=False)

@@ -1,4 +1,4 @@
-"""Bisect over real git repositories holding the pure-Python fakefw (issue 7, "Tests").
+"""Bisect over real git repositories holding the pure-Python fakefw.
 
 One history serves the tests that search it (its builds and environments are shared, as on a user's machine):
 
@@ -110,7 +110,7 @@ def run_bisect(history, workload, **kwargs):
 
 
 def within_cost_target(result) -> bool:
-    """Issue 7, cost targets: builds <= ceil(log2 N) + 2 + skipped probes."""
+    """Cost target: builds <= ceil(log2 N) + 2 + skipped probes."""
     return result.builds <= math.ceil(math.log2(result.range_size)) + 2 + result.skipped
 
 

@@ -1,5 +1,5 @@
 """`modelci run --bisect-on-alarm`: a run that opens an alarm bisects it, and the culprit reaches the alarm and the
-notifiers (issue 7, part 7). Real git repositories (tests/fakerepo.py) and a real webhook receiver."""
+notifiers. Real git repositories (tests/fakerepo.py) and a real webhook receiver."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_an_alarm_opened_by_a_run_is_bisected_to_its_commit_and_the_culprit_is_n
     assert "BISECTED" in last["text"] and shas[3] in last["text"]
     assert shas[3] in last["modelci"]["events"][0]["culprit"]
 
-    # the JSON report holds the whole bisect, and its cost is within the issue's bound (6 candidates, none broken)
+    # the JSON report holds the whole bisect, and its cost is within docs/bisect.md's bound (6 candidates, none broken)
     bisects = json.loads(report.read_text())["bisects"]
     assert len(bisects) == 1 and bisects[0]["workload"].endswith("Numeric") and bisects[0]["check"] == "precision"
     result = bisects[0]["result"]

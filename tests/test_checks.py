@@ -1,4 +1,4 @@
-"""checks.evaluate end to end on real Results, plus status and policy (DESIGN.md, "Comparisons")."""
+"""checks.evaluate end to end on real Results, plus status and policy (docs/design.md, "Comparisons")."""
 
 from __future__ import annotations
 

@@ -322,7 +322,7 @@ def test_a_model_that_kills_or_hangs_the_loader_is_a_finding_and_the_rest_still_
     names = ["Fine", "Aborts", "Fine", "Hangs", "Fine"]
     jobs = [{"index": i, "workload": f"crashy/{n}", "format": "txt", "path": str(tmp_path / "model"), "seed": 0}
             for i, n in enumerate(names)]
-    # "fork": the jobs run in forks of a warm worker, as the record step of `run` does (issue 9)
+    # "fork": the jobs run in forks of a warm worker, as the record step of `run` does
     (tmp_path / "scratch").mkdir()
     with forked.Executor(Path(sys.executable), tmp_path / "scratch", isolation="fork") as executor:
         done = compat.run_jobs(Path(sys.executable), {"crashy": suite}, jobs, tmp_path / "jobs", timeout=3,

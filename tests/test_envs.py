@@ -409,7 +409,7 @@ def test_what_pip_installs_here_uv_installs_too(tmp_path):
 
 def test_prefetched_pip_config_is_the_one_read_later(monkeypatch, tmp_path):
     """`prefetch` starts `pip config list` early; `from_pip` reads that answer instead of asking again, and
-    sees what it would have seen without it (issue 9)."""
+    sees what it would have seen without it."""
     from modelci.envs import pipconfig
 
     conf = tmp_path / "pip.conf"

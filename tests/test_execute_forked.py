@@ -1,4 +1,4 @@
-"""Fork isolation (issue 9): a warm worker per environment forks each workload; results as with spawn.
+"""Fork isolation: a warm worker per environment forks each workload; results as with spawn.
 
 Real uv environments with the fakefw wheels, real workers and children, real signals; no mocks.
 """

@@ -1,4 +1,4 @@
-"""Git-commit targets (issue 3, part 6): a real repository made in the test, built three ways, cached by commit."""
+"""Git-commit targets: a real repository made in the test, built three ways, cached by commit."""
 
 from __future__ import annotations
 

@@ -136,7 +136,7 @@ def test_runs_that_started_at_the_same_time_follow_their_run_ids(store):
 
 
 def test_series_reads_indexes_only_and_sorts_nothing_in_sqlite(tmp_path):
-    """Issue 9: `history` over 10,000 runs in under 50 ms needs the workload's results and their metric read from
+    """`history` over 10,000 runs in under 50 ms needs the workload's results and their metric read from
     covering indexes; a plan that reads every metric of that name, or sorts in SQLite, took twice as long."""
     store = Store(str(tmp_path / "history.db"), str(tmp_path / "artifacts"))
     for minutes, version in enumerate(("1.0", "1.1")):

@@ -104,7 +104,7 @@ print(json.dumps({"drawn": drawn, "name": name, "imported": imported}))
 
 
 def test_warm_up_changes_no_draw_or_name_and_leaves_nothing_for_a_workload_to_import(tmp_path):
-    """Issue 9: after PaddleHelper.warm_up, a forked workload imports nothing more (the first paddle.jit.save
+    """After PaddleHelper.warm_up, a forked workload imports nothing more (the first paddle.jit.save
     imported 95 modules in every child), and the workload draws the same random numbers and gets the same
     parameter names as without the warm-up."""
     cold, warm = (run_probe(WARM_UP_PROBE, mode, cwd=tmp_path) for mode in ("cold", "warm"))

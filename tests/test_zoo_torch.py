@@ -164,7 +164,7 @@ print(json.dumps(zoo_contract.modules_each_forked_workload_imports("torch", help
 
 
 def test_after_the_warm_up_no_workload_imports_a_module(tmp_path):
-    """What a forked child imports, it imports again for every workload (issue 9): after the helper's warm-up,
+    """What a forked child imports, it imports again for every workload: after the helper's warm-up,
     training, inference and saving every format import nothing more, for each single-process zoo model."""
     found = run_probe(FIRST_USE_PROBE, cwd=tmp_path)
     assert len(found) >= 7

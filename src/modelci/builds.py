@@ -1,4 +1,4 @@
-"""Build a git-commit target into something an environment can install (issue 3, part 6).
+"""Build a git-commit target into something an environment can install.
 
 Three strategies, named by `BuildPlan`:
 - `wheel` (default): a PEP 517 build with `uv build --wheel`, from the indexes the user's pip config names;
@@ -340,7 +340,7 @@ def _tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
     return text[-limit:].strip()
 
 
-# --- a run whose target did not build (issue 3: "never stops the whole run") -------------------------------
+# --- a run whose target did not build ("never stops the whole run") -------------------------------
 
 
 def failed_outcome(config: Any, store: Any, target: Any, error: BuildError, suites: dict[str, Path],

@@ -1,6 +1,6 @@
 """The command line: parse, load the config, call one command, turn what it returns into an exit code.
 
-Exit codes (DESIGN.md, "Conventions"): 0 no regression; 1 regression or failure found; 2 usage or
+Exit codes (docs/design.md, "Conventions"): 0 no regression; 1 regression or failure found; 2 usage or
 configuration error; 3 the harness itself could not run; 128 + the signal's number when cancelled: 130 by
 SIGINT (Ctrl-C), 143 by SIGTERM, 129 by SIGHUP (what finished is stored, marked interrupted; `cancel`).
 A UserError is shown as its message, without a traceback; any other exception is a bug and shows one.
@@ -71,7 +71,7 @@ def entry() -> None:
     """The `modelci` command: `main`, then exit without tearing the interpreter down.
 
     Freeing the 600 modules and 80,000 objects a command has loaded, one by one, took 0.13-0.15 s after every
-    command (issue 9: a quarter of what a zoo:torch run spent outside its workloads and the worker's start).
+    command (a quarter of what a zoo:torch run spent outside its workloads and the worker's start).
     What an exit must do is done first: the atexit handlers run (the store's finalizers close its database
     connections, so SQLite moves its WAL into the database file; logging flushes its handlers), then stdout
     and stderr are flushed. A command that leaves a thread running (`serve`) exits the usual way, which

@@ -1,6 +1,6 @@
 """Backward compatibility: models saved by one framework build must load in another and give the same outputs.
 
-Two steps (issue 6):
+Two steps:
 
     record_saved_models: after a run, each saved model → an immutable blob + manifest in the artifact store
     check:  manifests → select producers → verify sha256 → load + infer in the consumer's environment
@@ -47,8 +47,8 @@ from modelci.store.schema import utcnow
 from modelci.workload.child import helper_files
 
 #: outcomes of one (producer, consumer, workload, format); all but `ok` and `missing` are regressions.
-#: `unreadable` (the stored bytes are missing or do not match their sha256) is this module's addition to the
-#: issue's list: a producer whose artifacts cannot be read is a finding, not a skip.
+#: `unreadable` (the stored bytes are missing or do not match their sha256) is a finding of its own:
+#: a producer whose artifacts cannot be read is a finding, not a skip.
 OUTCOMES = ("ok", "load_failed", "outputs_differ", "unsupported", "missing", "unreadable")
 #: a workload deleted from the suite is the suite author's choice, not a break of the framework: reported only
 NOT_GATING = ("ok", "missing")
@@ -216,7 +216,7 @@ def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], 
     it starts (progress). One process per seed, because the producer's process had PYTHONHASHSEED = its seed.
 
     With `executor` (the run's `execute.forked.Executor` for this environment), the process is a fork of its
-    warm worker, which has imported the framework already (issue 9: a fresh process cost `import torch` again,
+    warm worker, which has imported the framework already (a fresh process cost `import torch` again,
     4.8 s of a zoo:torch run); `framework` names the helper whose prologue the worker runs first. Jobs whose
     seed is not the executor's get a process of their own, since a fork keeps the worker's hash seed. `paths`
     go first on a fresh process's path (the environment's `paths`: a pythonpath build's checkout).
@@ -561,7 +561,7 @@ def fetch(store: Any, manifests: list[dict[str, Any]], folder: Path) -> dict[str
     """Read and verify each saved model and its stored arrays; key -> {path, outputs, inputs} or {error}.
 
     The sha256 is checked here, in the parent, before any byte reaches a deserialiser; a blob that is missing
-    or does not match is refused and becomes an `unreadable` entry (issue 6, "Safety").
+    or does not match is refused and becomes an `unreadable` entry.
     """
     local_store = isinstance(store.artifacts.fs, LocalFileSystem)
     fetched: dict[str, dict[str, Any]] = {}

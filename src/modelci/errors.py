@@ -1,4 +1,4 @@
-"""The one user-error hierarchy (STYLE.md: "One user-error type, caught once")."""
+"""The one user-error hierarchy (docs/design.md: "One user-error type, caught once")."""
 
 
 class UserError(Exception):

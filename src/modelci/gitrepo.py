@@ -4,7 +4,7 @@ The user's repository is never written to: it is cloned once as a bare mirror un
 commit is checked out with `git worktree add --detach` into `<cache_dir>/worktrees/<sha>`. Worktrees rather than
 `git archive`: a build that asks git for its version (setuptools-scm, versioneer, torch's setup.py) still finds a
 `.git`, and the objects stay shared with the mirror instead of being copied per commit. A worktree is valid only
-once `<sha>.ok` sits beside it (STYLE.md: "Mark a cache valid only once it is complete").
+once `<sha>.ok` sits beside it (docs/design.md: "Mark a cache valid only once it is complete").
 """
 
 from __future__ import annotations

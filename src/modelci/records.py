@@ -1,4 +1,4 @@
-"""Plain records passed between the steps of the pipeline (DESIGN.md, "Flow of modelci run").
+"""Plain records passed between the steps of the pipeline (docs/design.md, "Flow of modelci run").
 
 They hold data only; the store turns them into rows and the checks compare them.
 """
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: result statuses (DESIGN.md, "Conventions")
+#: result statuses (docs/design.md, "Conventions")
 STATUSES = ("ok", "failed", "crashed", "timeout", "skipped", "error")
 
 

@@ -1,4 +1,4 @@
-"""The `run` and `compare` workflows: a sequence of plain functions (DESIGN.md, "Flow of modelci run").
+"""The `run` and `compare` workflows: a sequence of plain functions (docs/design.md, "Flow of modelci run").
 
     config.load → targets.resolve → envs.ensure → suite.discover (inside the env) → execute
                 → store.ingest (one transaction) → checks.evaluate(baseline) → report → exit code
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from modelci.store import Store
 
 # The store, and what reads it (calibrate, compat, the alarm step), are imported where they are used: SQLAlchemy
-# and the rest take 0.5 s, which `run` spends while its worker imports the framework (issue 9).
+# and the rest take 0.5 s, which `run` spends while its worker imports the framework.
 
 ZOO = Path(modelci.__file__).resolve().parent / "zoo"
 
@@ -279,7 +279,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     suites = resolve_suites(suite_specs, config.root)
     locked = envs.lockfile.read(lock) if lock else None
     target = targets.resolve(target_spec or envs.locked_target(locked), cache_dir=config.cache_dir)
-    if config.values.get("artifacts_readonly"):  # refused before the run starts, not after it (issue 6)
+    if config.values.get("artifacts_readonly"):  # refused before the run starts, not after it
         _open_store(config)
     check_artifacts(config)  # a bad URL, a folder under a file, missing credentials: before the environment
     progress.note(f"target {target.spec}: preparing the environment")
@@ -341,8 +341,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                 )
         if interrupted:
             raise Interrupted(outcome.run_id, _unjudged(outcome, results))
-        # saved models become compat records while the scratch folder still holds them (issue 6); their inputs
-        # are made in a fork of the run's warm worker, which is stopped only then (issue 9)
+        # saved models become compat records while the scratch folder still holds them; their inputs
+        # are made in a fork of the run's warm worker, which is stopped only then
         try:
             _after_ingest(config, store, target, env, results, suites, workloads, scratch, executor, outcome, alarms,
                           judge, pool)
@@ -381,7 +381,7 @@ def _after_ingest(config: Config, store: Store, target: targets.Target, env: env
         return
     with _timed(timings, "checks"):
         outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
-    # alarms after the run is stored, so that a failing notifier can never lose it (issue 5)
+    # alarms after the run is stored, so that a failing notifier can never lose it
     if alarms:
         with _timed(timings, "alarms"):
             outcome.alarms = alarm_hooks.after_run(config, store, outcome)
@@ -432,7 +432,7 @@ def _open_store(config: Config) -> Store:
 
 @contextmanager
 def _timed(timings: dict[str, float], step: str) -> Any:
-    """Add the seconds the block takes to `timings[step]` (issue 9: what the harness costs, per step)."""
+    """Add the seconds the block takes to `timings[step]` (what the harness costs, per step)."""
     start = time.perf_counter()
     try:
         yield

@@ -1,5 +1,5 @@
 """The dashboard in a real browser: Debian's chromium driven by Playwright, pages opened from file:// and from a
-`modelci serve` subprocess, over a history made by real runs of the fakefw suite (issue 8).
+`modelci serve` subprocess, over a history made by real runs of the fakefw suite.
 
 Screenshots go to $MODELCI_TEST_OUTPUT, else test-output/ at the repository root.
 """

@@ -1,6 +1,6 @@
 """Source of the fake framework `fakefw`, pure Python so that it installs offline in milliseconds.
 
-Version 1.1 differs from 1.0 in exactly five places (issue 2, "Tests that must exist"): one output
+Version 1.1 differs from 1.0 in exactly five places: one output
 changes by about 1e-3 relative, one function is twice as slow, and three workloads raise, abort,
 or hang. Everything else is identical, so `compare` must flag exactly those.
 """

@@ -1,4 +1,4 @@
-"""What runs after every `modelci run` and on `modelci alarms check` (DESIGN.md, "Flow": alarms.update + notify).
+"""What runs after every `modelci run` and on `modelci alarms check` (docs/design.md, "Flow": alarms.update + notify).
 
     validate [[policy]] metrics → change points of this run's series → observations → lifecycle.apply
                                 → stale runners → notify (never loses the run: it is stored already)

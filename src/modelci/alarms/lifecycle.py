@@ -1,4 +1,4 @@
-"""The alarm lifecycle (DESIGN.md, "alarm"): open → acknowledged → resolved, or silenced until a date.
+"""The alarm lifecycle (docs/design.md, "alarm"): open → acknowledged → resolved, or silenced until a date.
 
 A run produces observations: a finding that fires, or evidence that one is back to normal. `apply` folds them
 into the alarms table in one transaction. A finding already alarmed updates its alarm (count, last seen, latest

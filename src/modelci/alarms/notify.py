@@ -1,4 +1,4 @@
-"""Notifiers, picked by name from `[[notify]]` entries (STYLE.md: backends are a name → factory table).
+"""Notifiers, picked by name from `[[notify]]` entries (docs/design.md: backends are a name → factory table).
 
 - webhook: POST of JSON with a `text` field (Slack, Mattermost and Teams-compatible receivers read it); the URL
   comes only from the environment variable named by `url_env`, since webhook URLs are secrets.

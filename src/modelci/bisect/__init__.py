@@ -1,4 +1,4 @@
-"""Bisect: find the commit, merged PR or release that caused a regression (issue 7).
+"""Bisect: find the commit, merged PR or release that caused a regression.
 
 Library first: `bisect(config, suites, pattern, repo=..., good=..., bad=...) -> BisectResult` is what the CLI calls
 and what `run --bisect-on-alarm` can call. Every probe is a normal `workflow.run` with reuse, so it is stored in the

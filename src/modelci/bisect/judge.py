@@ -1,4 +1,4 @@
-"""Which check a bisect follows, and the verdict of one probe against the good end (issue 7, parts 1 and 5).
+"""Which check a bisect follows, and the verdict of one probe against the good end.
 
 Each probe is judged with the same checks as `run` (checks.evaluate), against the good end's result as the
 reference. Timing and memory use the timing check's statistics (ratio of medians plus a one-sided Mann-Whitney U

@@ -1,5 +1,5 @@
-"""`modelci run --bisect-on-alarm --repo R --good REF`: when a run opens alarms, bisect each to its commit (issue 7,
-part 7).
+"""`modelci run --bisect-on-alarm --repo R --good REF`: when a run opens alarms, bisect each to its
+commit.
 
 The run is stored and its alarms are opened and notified first: people hear about a regression at once, not after
 a bisect that may take an hour. Then every opened alarm that a bisect can follow is bisected between `--good` and

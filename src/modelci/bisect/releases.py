@@ -1,4 +1,4 @@
-"""The releases a package index offers, for `bisect --package NAME --between A B` (issue 7, part 2).
+"""The releases a package index offers, for `bisect --package NAME --between A B`.
 
 Where packages come from is the user's pip configuration (envs.IndexConfig): find-links folders and pages are read,
 and each configured index is asked through the simple repository API (PEP 691 JSON, or PEP 503 HTML). When no

@@ -1,4 +1,4 @@
-"""The search itself, without git or runs: (K+1)-ary bisection over a commit graph, with skips (issue 7).
+"""The search itself, without git or runs: (K+1)-ary bisection over a commit graph, with skips.
 
 The candidates are the commits that may be the first bad one: ancestors of the bad end that are not ancestors
 of a good commit (as `git bisect` keeps them). A commit's weight is how many candidates it reaches (itself

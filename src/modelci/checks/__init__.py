@@ -1,4 +1,4 @@
-"""Checks: one result against its baseline, as a list of findings (DESIGN.md, "Comparisons").
+"""Checks: one result against its baseline, as a list of findings (docs/design.md, "Comparisons").
 
 `evaluate` is the only entry point the pipeline needs; the per-check functions are public so that `compare`,
 `calibrate` and the tests can call them alone. Everything here is pure: arrays and numbers in, findings out.
@@ -25,7 +25,7 @@ def preload(segments: bool = False) -> None:
 
     Together they take 0.6-1.0 s to import. A run calls this in a thread while its worker imports the framework,
     when its history says the checks will need them (a baseline; 20 targets for the segmentation), so that the
-    checks and alarm steps do not pay for them after the workloads (issue 9).
+    checks and alarm steps do not pay for them after the workloads.
     """
     import scipy.stats  # noqa: F401
 

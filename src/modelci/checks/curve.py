@@ -1,4 +1,4 @@
-"""The curve check: a per-step series such as the training loss against the baseline's (DESIGN.md, "Comparisons").
+"""The curve check: a per-step series such as the training loss against the baseline's (docs/design.md, "Comparisons").
 
 Training compounds rounding differences, so the tolerance may grow with the step (`curve_growth`). The check
 reports the first step that leaves the tolerance and the final values, which is what a person looks at first.

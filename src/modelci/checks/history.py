@@ -1,4 +1,4 @@
-"""The history check: change points over one series across targets (DESIGN.md, "Comparisons": history).
+"""The history check: change points over one series across targets (docs/design.md, "Comparisons": history).
 
 A series is one metric of one workload on one runner, one value per target in version/commit order. A whole
 history (``detect_changes``) is cut into segments that are each flat or a straight trend, by an exact penalised
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # ruptures and scipy are imported where they are used: together they take over a second to import, and the
-# check after every run needs neither until a series has MIN_POINTS_FOR_ESTIMATE points before its tail (issue 9)
+# check after every run needs neither until a series has MIN_POINTS_FOR_ESTIMATE points before its tail
 
 #: detect_changes: penalty = sd**2 * long-run AR(1) variance factor * (2 ln n + PENALTY_OFFSET) per segment. The
 #: 2 ln n term keeps the false change points per series flat as the series grows (BIC-like)

@@ -63,7 +63,7 @@ def number_text(value: Any, unit: str = "") -> str:
 
 @dataclass
 class Policy:
-    """How strictly one metric is judged; the defaults are those of DESIGN.md ("Comparisons")."""
+    """How strictly one metric is judged; the defaults are those of docs/design.md ("Comparisons")."""
 
     timing_factor: float = 1.10
     memory_factor: float = 1.10

@@ -1,4 +1,4 @@
-"""The precision check: each inference output against the baseline's (DESIGN.md, "Comparisons").
+"""The precision check: each inference output against the baseline's (docs/design.md, "Comparisons").
 
 An output passes when it is allclose to the baseline with a dtype-aware tolerance, never tighter than the
 workload's measured run-to-run noise. The other numbers (max errors, ULP distance, cosine) are there to help a
@@ -190,7 +190,7 @@ def check_output(name: str, baseline: Any | None, current: Any | None, policy: P
         source = "the policy's"
     rtol = policy.rtol if policy.rtol is not None else rtol
     atol = policy.atol if policy.atol is not None else atol
-    # never tighter than the workload's own run-to-run noise (DESIGN.md, "Comparisons": precision)
+    # never tighter than the workload's own run-to-run noise (docs/design.md, "Comparisons": precision)
     if policy.noise_rtol > rtol:
         rtol, source = policy.noise_rtol, "rtol raised to the calibrated run-to-run noise"
     numbers = described | compare_arrays(base, cur, rtol, atol)

@@ -1,4 +1,4 @@
-"""The status check: did the workload run, compared with its baseline (DESIGN.md, "Comparisons")."""
+"""The status check: did the workload run, compared with its baseline (docs/design.md, "Comparisons")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The timing and memory checks, and user metrics: raw samples of both sides (DESIGN.md, "Comparisons").
+"""The timing and memory checks, and user metrics: raw samples of both sides (docs/design.md, "Comparisons").
 
 All three ask one question of two sets of samples: is the current side worse by more than a factor, and is the
 difference significant (one-sided Mann-Whitney U)? They differ in the factor, the direction and what they add:

@@ -1,6 +1,6 @@
 """One module per CLI command: `add_parser(subparsers)` declares it, `main(args, cfg) -> int` runs it.
 
-Each `main` calls one library function and turns its value into an exit code (STYLE.md, "A thin CLI
+Each `main` calls one library function and turns its value into an exit code (docs/design.md: "A thin CLI
 over a library"). A new command adds its module here, and nowhere else.
 """
 

@@ -1,4 +1,4 @@
-"""`modelci bisect`: find the commit, merged PR or release that caused a regression (issue 7).
+"""`modelci bisect`: find the commit, merged PR or release that caused a regression.
 
 Exit codes: 0 a culprit was found; 1 the bisect ended without one (only untestable commits remain, or a timing
 culprit did not reproduce); 2 refused (the good end is not good, the bad end is not bad) or bad input.

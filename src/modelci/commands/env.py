@@ -1,4 +1,4 @@
-"""`modelci env lock|check|constraints|diff|consistency|export|gc`: environments as inspectable records (issue 3).
+"""`modelci env lock|check|constraints|diff|consistency|export|gc`: environments as inspectable records.
 
 Each subcommand calls one function of `modelci.envs` and prints what it returns.
 """

@@ -46,6 +46,6 @@ def main(args, cfg) -> int:
         known = sorted({w["workload"] for w in store.workloads(args.runner)})
         raise UserError(f"no {args.metric!r} history for workload {args.workload!r}; "
                         f"workloads in the history: {', '.join(known) or 'none'}")
-    # a terminal table of 10,000 rows took 7 s to print (issue 9, docs/overhead.md): the recent runs by default
+    # a terminal table of 10,000 rows took 7 s to print (docs/overhead.md): the recent runs by default
     views.render_history(series if args.all else series[-args.last:], args.metric, out, total=len(series))
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""uv-based environments: build, cache, lock, fingerprint, constraints, diff, export (DESIGN.md: "environment").
+"""uv-based environments: build, cache, lock, fingerprint, constraints, diff, export (docs/design.md: "environment").
 
 `ensure(spec, cache_dir)` gives an isolated venv holding the target and the suite's needs and nothing of
 modelci's own dependencies; `current(cache_dir)` describes the running interpreter as it is;

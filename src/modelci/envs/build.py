@@ -1,8 +1,8 @@
-"""Build, cache and lock environments with uv (DESIGN.md, vocabulary: "environment").
+"""Build, cache and lock environments with uv (docs/design.md, vocabulary: "environment").
 
 An environment is a uv venv in `<cache_dir>/envs/<spec id>/`, where the spec id is the hash of its spec. The
 spec is written into the venv last, once install, lock and fingerprint have succeeded, and a venv is reused only
-when that file matches (STYLE.md: "Mark a cache valid only once it is complete"). Anything else in its place
+when that file matches (docs/design.md: "Mark a cache valid only once it is complete"). Anything else in its place
 is a half-built environment from a killed build: it is deleted and built again.
 
 The environment's own id is defined by its content (`lockfile` explains why), so an environment rebuilt

@@ -1,4 +1,4 @@
-"""`modelci env check`: constraint files are read, and no environment contradicts them (issue 3, part 3).
+"""`modelci env check`: constraint files are read, and no environment contradicts them.
 
 It fails when:
 - a configured constraints file (or the platform's override file) cannot be read or parsed;

@@ -1,4 +1,4 @@
-"""`modelci env consistency --target SPEC`: packages whose versions differ between runners (issue 3, part 5).
+"""`modelci env consistency --target SPEC`: packages whose versions differ between runners.
 
 Pinning only direct dependencies lets CI variants drift apart: `ci-cpu` and `ci-gpu` run the same target
 over different numpy builds, and their results stop being comparable without anyone noticing.

@@ -1,4 +1,4 @@
-"""Constraint files: reviewed by a human, applied to every environment, and checked (issue 3, part 3).
+"""Constraint files: reviewed by a human, applied to every environment, and checked.
 
 `[env] constraints = [...]` in modelci.toml names files of `name<specifier>` lines. They are merged, with the
 platform's override file (`[env] platform_overrides = {"linux-aarch64" = "FILE"}`, keys may be globs) replacing

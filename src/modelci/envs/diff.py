@@ -1,4 +1,4 @@
-"""What differs between two environments: packages and fingerprint fields (issue 4, part 4).
+"""What differs between two environments: packages and fingerprint fields.
 
 A result that moved may owe it to something besides the target: a dependency that moved a minor version,
 another BLAS, another thread count. `diff` puts all of it side by side.

@@ -1,4 +1,4 @@
-"""`modelci env export RUN --out DIR`: a bundle that reproduces a run elsewhere (issue 3, part 7).
+"""`modelci env export RUN --out DIR`: a bundle that reproduces a run elsewhere.
 
 The bundle holds the lock (`lock.txt`), the fingerprint (`fingerprint.json`), `bundle.json` (what was run
 and the sha256 of every output it gave), a Dockerfile that pins the base image by Python version and

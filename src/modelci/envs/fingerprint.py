@@ -1,4 +1,4 @@
-"""The fingerprint of an environment: exactly what its results were measured on (issue 3, part 1).
+"""The fingerprint of an environment: exactly what its results were measured on.
 
 It holds the interpreter and platform tags, OS and kernel, CPU model, flags, cores and memory, the BLAS,
 LAPACK and OpenMP libraries actually loaded (with versions and thread counts), the frameworks' own build
@@ -27,7 +27,7 @@ from modelci.errors import HarnessError
 from modelci.execute import local
 from modelci.workload import frameworks
 
-#: bump when the fingerprint's keys change meaning (STYLE.md: "Version every file you write")
+#: bump when the fingerprint's keys change meaning (docs/design.md: "Version every file you write")
 SCHEMA = 2
 
 #: distributions that say which framework stack produced a result, besides those the framework helpers name

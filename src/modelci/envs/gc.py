@@ -1,4 +1,4 @@
-"""`modelci env gc`: remove cached environments that are old or beyond the N most recently used (issue 3, part 8).
+"""`modelci env gc`: remove cached environments that are old or beyond the N most recently used.
 
 An environment is removed under its build lock, so one being built is skipped, and it is first renamed out of
 place, so no process ever sees a half-deleted environment that still looks valid: `ensure` finds no folder

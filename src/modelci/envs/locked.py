@@ -1,4 +1,4 @@
-"""`modelci run --lock FILE`: the environment rebuilt exactly from a lock, for a target it holds (issue 3, part 2)."""
+"""`modelci run --lock FILE`: the environment rebuilt exactly from a lock, for a target it holds."""
 
 from __future__ import annotations
 

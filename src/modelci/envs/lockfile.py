@@ -1,4 +1,4 @@
-"""Lock files and environment ids (issue 3, part 2).
+"""Lock files and environment ids.
 
 **The environment id is defined by content, not by the request.** It is the hash of the interpreter
 (implementation, major.minor version, platform tag) and of every installed distribution: its name, its

@@ -1,6 +1,6 @@
 """Where packages come from: the user's pip configuration, turned into uv arguments.
 
-DESIGN.md, "Conventions": the user's pip configuration (index, extra index, find-links) is honoured when
+docs/design.md, "Conventions": the user's pip configuration (index, extra index, find-links) is honoured when
 environments are built with uv. uv does not read pip's files, so we ask pip what it sees and pass it on.
 """
 
@@ -103,7 +103,7 @@ class IndexConfig:
 def prefetch(python: str | None = None, environ: Mapping[str, str] | None = None) -> None:
     """Start `pip config list` now, in the background, for `IndexConfig.from_pip` with the same arguments to
     read later. A command that will build or find an environment calls this first: pip takes 0.15 s to answer,
-    which then passes while the command imports what it needs (issue 9)."""
+    which then passes while the command imports what it needs."""
     python, environ = python or sys.executable, os.environ if environ is None else environ
     key = _key(python, environ)
     if key not in _PIP_CONFIG_CACHE and key not in _PENDING:

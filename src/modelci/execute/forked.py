@@ -1,5 +1,5 @@
 """The fork executor: one warm worker per environment imports the suites' frameworks once, then forks a
-fresh child per workload (issue 9: `import torch` took 4 s per workload, users should pay for their models).
+fresh child per workload (`import torch` took 4 s per workload, users should pay for their models).
 
 The worker (modelci.workload.worker) runs inside the environment. Each child is a fork of it that runs the
 same entry point as a spawned child (`modelci.workload.child run ...`) and writes the same files, so the
@@ -386,7 +386,7 @@ class Executor:
 
     def start(self, suites: dict[str, Path]) -> None:
         """Start the worker for these suites now, without waiting for it: it imports the frameworks while the
-        caller does its own work (issue 9: the harness imports its store and checks meanwhile). Discovery and
+        caller does its own work (the harness imports its store and checks meanwhile). Discovery and
         the first workload wait for it to be ready. Nothing happens when the executor spawns."""
         self.suite_folders = list(suites.values())
         if self.lender is not None:

@@ -1,7 +1,7 @@
 """The local executor: one fresh process per workload, with a timeout and crash capture.
 
 The child sees the environment's own site-packages plus a folder holding only the `modelci`
-package (DESIGN.md: a PYTHONPATH that points at the harness's site-packages would silently test the
+package (docs/design.md: a PYTHONPATH that points at the harness's site-packages would silently test the
 harness's numpy instead of the target's).
 """
 
@@ -106,7 +106,7 @@ def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float | N
     """Run a child in its own process group; returns (exit code or None on timeout, seconds).
 
     Its own session means a Ctrl-C at the terminal reaches only the parent, which then kills the
-    child and stores what it has (DESIGN.md: an interrupted run is stored, marked interrupted).
+    child and stores what it has (docs/design.md: an interrupted run is stored, marked interrupted).
     `watch`, when given, is called every WATCH_INTERVAL seconds; the child is killed (exit code None) once
     it returns True. compat uses it for a timeout per job of a child that runs many jobs.
     """

@@ -2,7 +2,7 @@
 
 Every cell is one outcome (`ok`, `load_failed`, `outputs_differ`, `unsupported`, `missing`, `unreadable`);
 below the matrix each cell that is not ok is spelled out with its error, and formats that can execute code on
-load are named as such (issue 6, "Safety").
+load are named as such.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Console output: progress while running, and the tables of `run`, `compare`, `history` and `show`.
 
 On a terminal long work shows a live progress bar; elsewhere (CI logs) it prints one plain line per
-event (DESIGN.md, "Conventions").
+event (docs/design.md, "Conventions").
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def render_compare(outcome: Any, out: Console) -> None:
                           escape(finding.reason))
     out.print(table)
     render_problems(outcome.comparisons, out)
-    from modelci.envs.diff import between  # issue 3, part 4: what changed besides the target
+    from modelci.envs.diff import between  # what changed besides the target
 
     render_env_diff(between(outcome.a.environment, outcome.b.environment), out,
                     targets={outcome.a.target.name, outcome.b.target.name})

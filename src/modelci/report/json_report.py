@@ -83,7 +83,7 @@ def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
 
 def compare_report(outcome: Any) -> dict[str, Any]:
     """The report of `modelci compare A B`: `run` is B, `baseline_run` is A."""
-    from modelci.envs.diff import between  # issue 3, part 4: what changed besides the target
+    from modelci.envs.diff import between  # what changed besides the target
 
     env_diff = between(outcome.a.environment, outcome.b.environment).to_json()
     env_diff["targets"] = sorted({outcome.a.target.name, outcome.b.target.name})

@@ -2,7 +2,7 @@
 
 Built as dicts rather than plotly.graph_objects: validating 50 workloads x 500 targets of traces through
 graph_objects costs seconds, and the page only needs the JSON. Plotly renders its text as pseudo-HTML, so every
-name and label that reaches a figure is escaped here (issue 8, "Safety").
+name and label that reaches a figure is escaped here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Read queries for the dashboard: the whole history in a few bulk queries, never one query per result.
 
-The site of 50 workloads x 500 targets must build in seconds (issue 8), so everything a page needs is read once
+The site of 50 workloads x 500 targets must build in seconds, so everything a page needs is read once
 with SQLAlchemy Core selects of plain columns; only the pages that show raw values (loss curves, locks) read
 those columns, and only for the rows they show.
 """

@@ -1,6 +1,6 @@
 """The static dashboard: `generate_site(store, out)` writes an index, a page per workload and a page per run.
 
-The site opens from file:// with no server and no CDN (issue 8): plotly.js is copied once from the plotly
+The site opens from file:// with no server and no CDN: plotly.js is copied once from the plotly
 package into `assets/` and every page references it relatively. Pages are Jinja2 templates with autoescape on,
 and the plot data is JSON in a `<script type="application/json">` block with `<`, `>` and `&` escaped, so a
 workload that prints `<script>` in its error shows that text and runs nothing.

@@ -1,7 +1,7 @@
 """The history: SQLAlchemy over SQLite (default) or PostgreSQL, plus the artifact store for arrays.
 
 A run is ingested in one transaction, so an interrupted run leaves either nothing or a whole run
-marked `interrupted` (DESIGN.md, "Storage").
+marked `interrupted` (docs/design.md, "Storage").
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ class Store:
                         digests: list[dict[str, tuple[str, int]]]) -> list[int]:
         """Insert the results with their metrics, outputs and new artifacts; returns the result ids in order.
 
-        A few bulk INSERTs instead of one ORM flush per row: a run of 100 results took seconds (issue 9).
+        A few bulk INSERTs instead of one ORM flush per row: a run of 100 results took seconds.
         """
         if not results:
             return []
@@ -575,7 +575,7 @@ class Store:
                 select(NoiseProfileRow).where(NoiseProfileRow.runner == runner, NoiseProfileRow.workload == workload)
                 .order_by(NoiseProfileRow.created_at, NoiseProfileRow.id)))
 
-    # -- environments (issue 3: env lock / diff / consistency / check) ------------------------------
+    # -- environments (env lock / diff / consistency / check) ------------------------------
 
     def environment(self, env_id: str) -> EnvironmentRow | None:
         """A stored environment by id, or by a unique prefix of at least 6 characters; None when unknown."""

@@ -1,4 +1,4 @@
-"""The alarm tables (DESIGN.md, "Storage": alarms), on the same declarative base as the rest of the history.
+"""The alarm tables (docs/design.md, "Storage": alarms), on the same declarative base as the rest of the history.
 
 An alarm is the one mutable thing in the history: its state changes as people and runs act on it. Every change
 is also appended to `alarm_events`, so what happened to an alarm, and who did it, is never lost.

@@ -1,4 +1,4 @@
-"""The backward-compatibility records: saved models and compat results (issue 6).
+"""The backward-compatibility records: saved models and compat results.
 
 A saved model lives in two places. Its manifest is written into the artifact store, next to the blobs it
 names (`saved-models/<key>.json`), so that anyone who can read the store can check against it, a read-only
@@ -187,7 +187,7 @@ def write_manifest(artifacts: Any, manifest: dict[str, Any]) -> tuple[dict[str, 
 def read_manifests(artifacts: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Every manifest in the store, and one problem per manifest that cannot be read or does not verify.
 
-    A problem is reported, never skipped (issue 6, "Nothing silent"): the caller turns it into a finding.
+    A problem is reported, never skipped: the caller turns it into a finding.
     """
     folder = f"{artifacts.base}/{INDEX}"
     artifacts.fs.invalidate_cache(folder)

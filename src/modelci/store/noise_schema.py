@@ -1,4 +1,4 @@
-"""The noise profiles that `modelci calibrate` measures (issue 4), on the shared declarative Base."""
+"""The noise profiles that `modelci calibrate` measures, on the shared declarative Base."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ class ResultRow(Base):
     __tablename__ = "results"
     __table_args__ = (
         Index("ix_results_workload_status", "workload", "status"),
-        # `Store.series` walks one workload's results in run order from this index alone (issue 9)
+        # `Store.series` walks one workload's results in run order from this index alone
         Index("ix_results_workload_run", "workload", "run_id", "status"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -155,7 +155,7 @@ class MetricRow(Base):
     __table_args__ = (
         Index("ix_metrics_name_result", "name", "result_id"),
         # covers the history queries (Store.series, alarms): one metric of one result, or all of one name, is
-        # read from the index alone, never from the row with its raw values (issue 9, docs/overhead.md)
+        # read from the index alone, never from the row with its raw values (docs/overhead.md)
         Index("ix_metrics_name_result_summary", "name", "result_id", "kind", "unit", "median", "minimum", "maximum",
               "final", "n"),
     )

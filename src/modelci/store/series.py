@@ -1,6 +1,6 @@
 """One metric of one workload across the stored runs, as `modelci history WORKLOAD --metric NAME` shows it.
 
-Issue 9 asks for this over 10,000 stored runs in under 50 ms. Building 10,000 dicts of 14 fields cost more
+`history` must answer over 10,000 stored runs in under 50 ms. Building 10,000 dicts of 14 fields cost more
 than the query itself, so the points are kept as columns (one transpose of the fetched rows), and a point is
 built only when it is read: the history table shows the last few (docs/overhead.md, "Store speed").
 """

@@ -1,4 +1,4 @@
-"""The workload contract (DESIGN.md, "The workload contract").
+"""The workload contract (docs/design.md, "The workload contract").
 
 A workload author writes the model; the harness owns seeding, determinism, timing, repeats,
 capture and saving. Nothing here may import anything outside the standard library.

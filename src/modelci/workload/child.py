@@ -1,7 +1,7 @@
 """Entry points that run inside the environment under test: `list` discovers, `run` executes one workload.
 
 The parent talks to this module only through files: JSON for results and `.npy` for arrays
-(DESIGN.md, "The workload contract"). Standard library only; numpy and the framework are imported
+(docs/design.md, "The workload contract"). Standard library only; numpy and the framework are imported
 lazily, from the environment under test.
 
     python -m modelci.workload.child list --suite NAME=DIR ... --out FILE
@@ -344,7 +344,7 @@ def freeze_heap() -> None:
     The end of every workload's prologue, in a spawned child as in the worker a child is forked from, so both
     freeze the same objects and their timings compare. The framework's million objects are then not traversed
     again by each collection the workload triggers; in a forked child such a traversal also writes to the page
-    of every object, which the kernel then copies (issue 9: 0.6 s over zoo:torch's 8 forked workloads). Objects
+    of every object, which the kernel then copies (0.6 s over zoo:torch's 8 forked workloads). Objects
     alive at this point live as long as the process anyway.
     """
     gc.collect()
@@ -570,7 +570,7 @@ def fork_hazard() -> str:
 
 def fork_ranks(args: argparse.Namespace, world_size: int) -> tuple[list[ForkedRank], int]:
     """Fork ranks 1..N-1 from this process, right after the prologue, so that each starts in the state a fresh
-    rank reaches after its own import, seeding and determinism flags (issue 9: a fresh rank imported torch
+    rank reaches after its own import, seeding and determinism flags (a fresh rank imported torch
     again, 3 s of a 2-rank workload). Returns (the ranks, 0) in rank 0, and ([], rank) in a forked rank,
     whose stdout and stderr then go to `rank-<rank>.log`, as a spawned rank's do.
     """

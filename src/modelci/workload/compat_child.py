@@ -1,4 +1,4 @@
-"""Entry points for backward compatibility, run inside an environment under test (issue 6).
+"""Entry points for backward compatibility, run inside an environment under test.
 
     python -m modelci.workload.compat_child load --suite NAME=DIR ... --jobs FILE --out DIR
     python -m modelci.workload.compat_child inputs --suite NAME=DIR ... --jobs FILE --out DIR

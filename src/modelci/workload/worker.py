@@ -435,7 +435,7 @@ def serve(channel: Channel, names: list[str]) -> int:
             if children:
                 _parent_gone(0, None)
             # EOF: nothing is left to do, and a normal interpreter exit tears torch's modules down for half a
-            # second while the parent waits (issue 9); every child has been reaped already
+            # second while the parent waits; every child has been reaped already
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
