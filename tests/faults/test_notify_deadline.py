@@ -1,4 +1,5 @@
-"""Notifiers: a webhook that trickles its answer cannot hold modelci past the notifier's timeout."""
+"""Notifiers: a webhook or an SMTP server that trickles its answer cannot hold modelci past the notifier's
+timeout."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\
 
 class TricklingReceiver:
     """A real HTTP server on loopback that reads a request, then answers one byte a second."""
+
+    #: what it trickles; `speaks_first`: it does not wait for a request (an SMTP server greets the client)
+    answer = ANSWER
+    speaks_first = False
 
     def __init__(self, pause: float = 1.0):
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -40,9 +45,10 @@ class TricklingReceiver:
         with conn:
             conn.settimeout(5)
             try:
-                conn.recv(65536)
+                if not self.speaks_first:
+                    conn.recv(65536)
                 sent = 0
-                for byte in ANSWER:
+                for byte in self.answer:
                     if self.stop.wait(self.pause):
                         break
                     conn.sendall(bytes([byte]))
@@ -78,5 +84,37 @@ def test_a_trickling_webhook_is_given_up_at_its_timeout_and_the_run_is_kept(proj
     while not trickling.sent and time.monotonic() < deadline:
         time.sleep(0.05)
     assert trickling.sent and trickling.sent[0] < len(ANSWER) // 2, trickling.sent
+    assert project.stored("SELECT status FROM runs") == [("complete",)]
+    project.assert_clean(done)
+
+
+class TricklingSMTPServer(TricklingReceiver):
+    """A real SMTP peer on loopback whose greeting comes one byte a second: each read gets a byte in time."""
+
+    answer = b"220 trickle.example ESMTP a greeting that takes a minute to arrive, one byte a second\r\n"
+    speaks_first = True
+
+
+@pytest.fixture
+def trickling_smtp():
+    server = TricklingSMTPServer()
+    yield server
+    server.close()
+
+
+def test_a_trickling_smtp_server_is_given_up_at_its_timeout_and_the_run_is_kept(project, trickling_smtp):
+    port = trickling_smtp.sock.getsockname()[1]
+    project.config(f'[[notify]]\nkind = "email"\nhost = "127.0.0.1"\nport = {port}\nto = ["team@example.com"]\n'
+                   'timeout = 2\nretries = 2\nbackoff = 0.01\n')
+    project.workloads(workload("Broken", 'raise RuntimeError("opens an alarm")'))
+    done = project.run()
+    assert done.returncode == 1, done.stderr  # the failed workload, not the notifier, decides it
+    assert "did not take the message within the timeout of 2 s" in done.stdout + done.stderr
+    assert trickling_smtp.requests == 1  # not retried: a server this slow will not be faster next time
+    deadline = time.monotonic() + 30
+    while not trickling_smtp.sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    answer = TricklingSMTPServer.answer
+    assert trickling_smtp.sent and trickling_smtp.sent[0] < len(answer) // 2, trickling_smtp.sent
     assert project.stored("SELECT status FROM runs") == [("complete",)]
     project.assert_clean(done)

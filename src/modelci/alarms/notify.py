@@ -150,24 +150,19 @@ def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[st
     headers = {"Content-Type": "application/json", "User-Agent": "modelci"}
     kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
     connection = kind(parsed.hostname, parsed.port, timeout=timeout)
-    # `timeout` bounds each socket operation; a receiver that trickles its answer a byte at a time passes every
-    # one of them, so the whole request also has a deadline: at `timeout` the socket is shut and the read ends
-    overdue = threading.Event()
-    timer = threading.Timer(timeout, _abort, args=(connection, overdue))
-    timer.daemon = True
-    timer.start()
+    deadline = Deadline(timeout, lambda: connection.sock)
     try:
         connection.request("POST", urllib.parse.urlunsplit(("", "", parsed.path or "/", parsed.query, "")), body,
                            headers)
         response = connection.getresponse()
         response.read()
     except (OSError, http.client.HTTPException) as exc:
-        if overdue.is_set():  # a receiver this slow will not be faster on the next try
+        if deadline.overdue.is_set():  # a receiver this slow will not be faster on the next try
             raise NotifyError(f"host {host} gave no complete answer within the timeout of {timeout:g} s",
                               retry=False) from None
         raise NotifyError(f"host {host} unreachable: {getattr(exc, 'reason', exc)}") from None
     finally:
-        timer.cancel()
+        deadline.cancel()
         connection.close()
     if not 200 <= response.status < 300:
         # 4xx means the receiver refuses this request as it is: retrying the same bytes will not help
@@ -175,15 +170,29 @@ def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[st
                           retry=response.status >= 500)
 
 
-def _abort(connection: http.client.HTTPConnection, overdue: threading.Event) -> None:
-    """The deadline of a request passed: shut its socket, so that the read it is blocked in ends now."""
-    overdue.set()
-    sock = connection.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+class Deadline:
+    """The deadline of one whole delivery. A socket's `timeout` bounds each operation; a receiver that trickles
+    its answer a byte at a time passes every one of them and holds modelci for minutes. At `timeout` seconds the
+    socket that `sock_of()` returns then is shut, so that the read it is blocked in ends now."""
+
+    def __init__(self, timeout: float, sock_of: Callable[[], socket.socket | None]):
+        self.overdue = threading.Event()
+        self._sock_of = sock_of
+        self._timer = threading.Timer(timeout, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        self.overdue.set()
+        sock = self._sock_of()
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def send_email(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
@@ -195,19 +204,29 @@ def send_email(entry: Mapping[str, Any], message: Message, environ: Mapping[str,
     mail["To"] = ", ".join(entry["to"])
     mail.set_content(message.text + "\n")
     kind = smtplib.SMTP_SSL if entry["ssl"] else smtplib.SMTP
+    timeout = float(entry["timeout"])
+    smtp = kind(timeout=timeout)  # not connected yet, so that the deadline can reach its socket
+    deadline = Deadline(timeout, lambda: getattr(smtp, "sock", None))
     try:
-        with kind(entry["host"], entry["port"], timeout=entry["timeout"]) as smtp:
-            if entry["starttls"]:
-                smtp.starttls()
-            if entry["username"]:
-                smtp.login(entry["username"], password)
-            smtp.send_message(mail)
+        smtp.connect(entry["host"], entry["port"])
+        if entry["starttls"]:
+            smtp.starttls()
+        if entry["username"]:
+            smtp.login(entry["username"], password)
+        smtp.send_message(mail)
+        smtp.quit()
     except smtplib.SMTPAuthenticationError as exc:
         raise NotifyError(f"SMTP server refused the login of {entry['username']!r}: {exc.smtp_code}",
                           retry=False) from None
     except (smtplib.SMTPException, OSError) as exc:
+        if deadline.overdue.is_set():  # a server this slow will not be faster on the next try
+            raise NotifyError(f"SMTP server {entry['host']}:{entry['port']} did not take the message within the "
+                              f"timeout of {timeout:g} s", retry=False) from None
         raise NotifyError(f"SMTP server {entry['host']}:{entry['port']} unreachable or refused: "
                           f"{exc.__class__.__name__}: {exc}") from None
+    finally:
+        deadline.cancel()
+        smtp.close()
 
 
 def _file_path(entry: Mapping[str, Any], environ: Mapping[str, str]) -> Path:
