@@ -13,10 +13,12 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -286,3 +288,55 @@ def shared_run(tmp_path_factory, cache: Path, files: dict[str, str], *args: str,
                        "junit.xml", "--markdown", "summary.md", *args)
     assert (project.root / "report.json").exists(), done.stderr
     return SharedRun(project, done)
+
+
+#: the answer the slow receiver trickles, one byte a second: a minute in all
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+
+
+class TricklingReceiver:
+    """A real HTTP server on loopback that reads a request, then answers one byte a second."""
+
+    #: what it trickles; `speaks_first`: it does not wait for a request (an SMTP server greets the client)
+    answer = ANSWER
+    speaks_first = False
+
+    def __init__(self, pause: float = 1.0):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        self.requests = 0
+        self.sent: list[int] = []
+        self.pause = pause
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.requests += 1
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                if not self.speaks_first:
+                    conn.recv(65536)
+                sent = 0
+                for byte in self.answer:
+                    if self.stop.wait(self.pause):
+                        break
+                    conn.sendall(bytes([byte]))
+                    sent += 1
+            except OSError:  # the client gave up and closed: what this probe wants to see
+                pass
+            self.sent.append(sent)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()

@@ -13,6 +13,7 @@ the run is stored before anyone is notified, so a notifier can never lose it.
 
 from __future__ import annotations
 
+import base64
 import functools
 import http.client
 import json
@@ -139,7 +140,10 @@ def _secret(entry: Mapping[str, Any], key: str, environ: Mapping[str, str]) -> s
 
 def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
     """POST the JSON payload; any status outside 2xx, or no complete answer within `timeout` seconds in all (a
-    deadline for the whole request, not only for each read), is a failure."""
+    deadline for the whole request, not only for each read), is a failure.
+
+    A proxy is used as urllib would use it (`http_proxy`, `https_proxy`, `no_proxy`): an https receiver through
+    a CONNECT tunnel, an http one by sending the proxy the absolute URL. The deadline covers the proxy too."""
     url = _secret(entry, "url_env", environ)
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -149,25 +153,75 @@ def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[st
     timeout = float(entry["timeout"])
     headers = {"Content-Type": "application/json", "User-Agent": "modelci"}
     kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parsed.hostname, parsed.port, timeout=timeout)
+    path = urllib.parse.urlunsplit(("", "", parsed.path or "/", parsed.query, ""))
+    proxy = webhook_proxy(parsed.scheme, host, environ)
+    if proxy is None:
+        connection = kind(parsed.hostname, parsed.port, timeout=timeout)
+        where = f"host {host}"
+    else:
+        proxy_host, proxy_port, proxy_headers = proxy
+        connection = kind(proxy_host, proxy_port, timeout=timeout)
+        where = f"host {host} through the proxy {proxy_host}:{proxy_port}"
+        if parsed.scheme == "https":  # TLS end to end: the proxy only joins the two sockets
+            connection.set_tunnel(parsed.hostname, parsed.port, headers=proxy_headers)
+        else:  # the proxy forwards the request itself, and reads the receiver from the absolute URL
+            path = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, parsed.path or "/", parsed.query, ""))
+            headers.update(proxy_headers)
     deadline = Deadline(timeout, lambda: connection.sock)
     try:
-        connection.request("POST", urllib.parse.urlunsplit(("", "", parsed.path or "/", parsed.query, "")), body,
-                           headers)
+        connection.request("POST", path, body, headers)
         response = connection.getresponse()
         response.read()
     except (OSError, http.client.HTTPException) as exc:
         if deadline.overdue.is_set():  # a receiver this slow will not be faster on the next try
-            raise NotifyError(f"host {host} gave no complete answer within the timeout of {timeout:g} s",
+            raise NotifyError(f"{where} gave no complete answer within the timeout of {timeout:g} s",
                               retry=False) from None
-        raise NotifyError(f"host {host} unreachable: {getattr(exc, 'reason', exc)}") from None
+        raise NotifyError(f"{where} unreachable: {getattr(exc, 'reason', exc)}") from None
     finally:
         deadline.cancel()
         connection.close()
     if not 200 <= response.status < 300:
         # 4xx means the receiver refuses this request as it is: retrying the same bytes will not help
-        raise NotifyError(f"host {host} answered HTTP {response.status} {response.reason}",
+        raise NotifyError(f"{where} answered HTTP {response.status} {response.reason}",
                           retry=response.status >= 500)
+
+
+def webhook_proxy(scheme: str, host: str, environ: Mapping[str, str]) -> tuple[str, int, dict[str, str]] | None:
+    """The proxy a request to `scheme://host` goes through, as (host, port, headers that log in to it), or None
+    for a direct connection: `<scheme>_proxy` unless `no_proxy` names the host, read as urllib reads them."""
+    import urllib.request  # here: only a webhook that fires needs it, not every run
+
+    proxies = urllib.request.getproxies() if environ is os.environ else _environment_proxies(environ)
+    proxy = proxies.get(scheme)
+    if not proxy or urllib.request.proxy_bypass_environment(host, proxies):
+        return None
+    parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    try:
+        port = parsed.port or 80
+    except ValueError:
+        port = None
+    if parsed.scheme != "http" or not parsed.hostname or port is None:
+        # the proxy's own URL is the user's to fix, and never shown: it may hold a password
+        raise NotifyError(f"{scheme}_proxy is not a proxy this notifier can use: give http://HOST:PORT (with "
+                          "user:password@ if the proxy needs a login)", retry=False)
+    headers = {}
+    if parsed.username is not None:
+        login = f"{urllib.parse.unquote(parsed.username)}:{urllib.parse.unquote(parsed.password or '')}"
+        headers["Proxy-Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
+    return parsed.hostname, port, headers
+
+
+def _environment_proxies(environ: Mapping[str, str]) -> dict[str, str]:
+    """scheme -> proxy URL from `<scheme>_proxy` variables of `environ` (a lower-case name wins over an upper-case
+    one, an empty value unsets), as `urllib.request.getproxies` reads the process's own environment."""
+    proxies: dict[str, str] = {}
+    for name, value in sorted(environ.items(), key=lambda item: item[0].islower()):
+        if name.lower().endswith("_proxy"):
+            if value:
+                proxies[name.lower()[:-6]] = value
+            else:
+                proxies.pop(name.lower()[:-6], None)
+    return proxies
 
 
 class Deadline:
