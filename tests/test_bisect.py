@@ -392,6 +392,44 @@ def test_every_probe_has_its_subject_and_reused_ones_their_run_id(history):
 
 
 @pytest.mark.slow
+def test_a_commit_remembered_as_unbuildable_names_the_run_that_recorded_it(history):
+    first = run_bisect(history, "Numeric")
+    again = run_bisect(history, "Numeric")
+
+    [broken] = [p for p in first.probes if history["name"][p.item] == "c1"]
+    [remembered] = [p for p in again.probes if history["name"][p.item] == "c1"]
+    assert remembered.verdict == "skip" and "remembered" in remembered.why and remembered.reused
+    assert broken.run_id is not None and remembered.run_id == broken.run_id, "the stored run of the failed build"
+    stored = {r.status for r in store_of(history).run(remembered.run_id).results}
+    assert stored == {"error"}
+    assert {p["run_id"] for p in again.to_json()["probes"]} == {p.run_id for p in again.probes} and None not in {
+        p["run_id"] for p in again.to_json()["probes"]}
+
+
+@pytest.mark.slow
+def test_a_bisect_opens_the_history_once_for_all_its_probes(history, monkeypatch):
+    from modelci.store import Store
+
+    opened = []
+    original = Store.__init__
+
+    def counting(self, *args, **kwargs):
+        opened.append(args[0] if args else kwargs.get("db"))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "__init__", counting)
+    result = run_bisect(history, "Numeric")
+    assert result.status == "found" and len(result.probes) >= 5
+    assert len(opened) == 1, f"{len(opened)} stores opened for {len(result.probes)} probes"
+
+
+def store_of(history):
+    from modelci.store import Store
+
+    return Store.from_config(history["cfg"])
+
+
+@pytest.mark.slow
 def test_an_improvement_is_bisected_to_the_commit_that_made_it(tmp_path):
     repo = FakeRepo(tmp_path / "repo")
     shas = repo.history(8, culprit=5, delay=0.002)  # commit 5 makes the kernel 10x faster

@@ -133,13 +133,16 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
            good: str | None = None, bad: str | None = None, versions: list[str] | None = None,
            check: str | None = None, first_parent: bool = False, build: str | None = None, jobs: int = 1,
            log: Callable[[str], object] = print, command: str = "", from_spec: str | None = None,
-           improvement: bool = False, pool: Any = None) -> BisectResult:
+           improvement: bool = False, pool: Any = None, into_spec: str | None = None) -> BisectResult:
     """Find the first bad commit of `repo` between `good` and `bad` (or the first bad release of `versions`,
     oldest first) for one workload, following `check` or, without it, whichever check fails between the ends.
 
     With `check="compat"` each probe loads the models that `from_spec` (a ref, a target spec or a version; the
     good end when None) saved into the probe's build (`compat_probe`): the culprit is the first build where they
-    no longer load or their outputs differ.
+    no longer load or their outputs differ. With `into_spec` (a consumer: an older build that must read what newer
+    ones save) it is the other way round: each probe runs the workload, so that its build saves its models, and
+    loads them into the consumer; the culprit is the first build whose own models the consumer no longer loads
+    (what a `forward` compat alarm reports).
 
     With `improvement`, find the first commit that made it better instead: `good` is still the older end and `bad`
     the newer one, but the newer end is the reference and the older end must be worse than it by the check
@@ -155,6 +158,12 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     """
     if from_spec and check != compat_probe.CHECK:
         raise UserError("--from names the producer of the saved models for --check compat; add --check compat")
+    if into_spec and check != compat_probe.CHECK:
+        raise UserError("--into names the build that loads each probe's saved models for --check compat; add "
+                        "--check compat")
+    if into_spec and from_spec:
+        raise UserError("give --from (the models one build saved, loaded into each probe) or --into (each probe's "
+                        "models, loaded into one build), not both")
     if improvement and check == compat_probe.CHECK:
         raise UserError("--improvement does not apply to --check compat: a model that loads again is found by "
                         "bisecting the regression from the other side")
@@ -164,7 +173,7 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     try:
         return _bisect(config, suite_specs, pattern, repo=repo, good=good, bad=bad, versions=versions, check=check,
                        first_parent=first_parent, build=build, jobs=jobs, log=log, command=command,
-                       from_spec=from_spec, improvement=improvement, pool=pool or own)
+                       from_spec=from_spec, improvement=improvement, pool=pool or own, into_spec=into_spec)
     finally:
         if own is not None:
             own.close()
@@ -173,7 +182,7 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
 def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: str | None, good: str | None,
             bad: str | None, versions: list[str] | None, check: str | None, first_parent: bool, build: str | None,
             jobs: int, log: Callable[[str], object], command: str, from_spec: str | None, improvement: bool,
-            pool: Any) -> BisectResult:
+            pool: Any, into_spec: str | None = None) -> BisectResult:
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: give 1 or more probes per round")
     if versions is not None:
@@ -184,10 +193,13 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
         space = _Commits(GitRepo(repo, config.cache_dir), good, bad, first_parent, build)
     from modelci.store import Store
 
-    Store.from_config(config)  # create the history before parallel probes race to do it
-    prober = _Prober(config, suite_specs, pattern, space, jobs, command, pool)
+    # opened once, before parallel probes could race to create the history; every probe runs on it, so none pays
+    # the schema check or the compilation of the store's statements again
+    store = Store.from_config(config)
+    prober = _Prober(config, suite_specs, pattern, space, jobs, command, pool, store)
     if check == compat_probe.CHECK:
-        prober.compat = compat_probe.CompatProber(config, suite_specs, pattern, from_spec, space.spec(space.good), log)
+        prober.compat = compat_probe.CompatProber(config, suite_specs, pattern, from_spec, space.spec(space.good), log,
+                                                  into_spec=into_spec, prober=prober)
         prober.compat.prepare()
 
     log(f"bisecting {space.size} {space.noun} between {space.describe(space.good)} and {space.describe(space.bad)}")
@@ -199,9 +211,9 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
     way = _Direction(improvement, space)
     if check == compat_probe.CHECK:
         good_result, bad_result = results[space.good], results[space.bad]
-        criterion = Criterion(check, [f"compat from {prober.compat.producer}"], good_result, config.policy_for(workload),
-                              compat_probe.evidence(good_result, bad_result, space.describe(space.good),
-                                                    space.describe(space.bad)))
+        criterion = Criterion(check, [prober.compat.metric], good_result, config.policy_for(workload),
+                              prober.compat.evidence(good_result, bad_result, space.describe(space.good),
+                                                     space.describe(space.bad)))
     else:
         criterion = choose(results[way.reference], results[way.other], config.policy_for(workload), check,
                            *way.labels, bad_word=way.bad_word)
@@ -422,9 +434,9 @@ class _Prober:
     """Runs probes as normal runs (with reuse), K at a time in threads; remembers what was built."""
 
     def __init__(self, config: Any, suite_specs: list[str], pattern: str | None, space: _Space, jobs: int,
-                 command: str, pool: Any = None):
+                 command: str, pool: Any = None, store: Any = None):
         self.config, self.suite_specs, self.pattern = config, suite_specs, pattern
-        self.space, self.jobs, self.command, self.pool = space, jobs, command, pool
+        self.space, self.jobs, self.command, self.pool, self.store = space, jobs, command, pool, store
         self.built: set[str] = set()
         #: --check compat: probes load the producer's saved models instead of running the workload
         self.compat: compat_probe.CompatProber | None = None
@@ -448,7 +460,8 @@ class _Prober:
             if failure is not None and not fresh and round > 0:
                 # resume: this commit did not build before; its error run is already in the history
                 reason = f"did not build (remembered from an earlier attempt): {failure['reason'].splitlines()[0]}"
-                return {}, {"run_id": None, "reused": True, "why": reason}
+                run_id = self.store.latest_failed_run(target, self.config.runner) if self.store is not None else None
+                return {}, {"run_id": run_id, "reused": True, "why": reason}
             if not builds.is_built(target, self.config.cache_dir, self.config.python):
                 self.built.add(item)
         if self.compat is not None:
@@ -457,7 +470,7 @@ class _Prober:
             # environments made for probes live only for the bisect: no bytecode compilation (see envs.ensure)
             outcome = workflow.run(self.config, spec, self.suite_specs, self.pattern, reuse=not fresh,
                                    progress=Progress(quiet=True), command=self.command, alarms=False,
-                                   pool=self.pool, compile_bytecode=False)
+                                   pool=self.pool, compile_bytecode=False, store=self.store)
         except UserError as exc:
             if round == 0:
                 raise  # an end that cannot even be set up is bad input, not an untestable commit

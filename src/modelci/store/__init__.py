@@ -477,6 +477,17 @@ class Store:
                 stmt = stmt.where(RunRow.runner == runner)
             return list(session.scalars(stmt))
 
+    def latest_failed_run(self, target: Any, runner: str) -> int | None:
+        """The id of the latest run of `target` on `runner` that stored an `error` result (a commit that did not
+        build stores one per workload), or None when there is none: a bisect that skips a commit remembered as
+        unbuildable still names the run that recorded the failure."""
+        with self.sessions() as session:
+            return session.scalar(
+                select(RunRow.id).join(ResultRow, ResultRow.run_id == RunRow.id)
+                .join(TargetRow, TargetRow.id == RunRow.target_id)
+                .where(RunRow.runner == runner, ResultRow.status == "error").filter_by(**target.identity())
+                .order_by(RunRow.id.desc()).limit(1))
+
     def targets_run(self, runner: str) -> int:
         """How many targets this runner has run: the most points a series of its history can have."""
         with self.sessions() as session:
