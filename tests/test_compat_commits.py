@@ -156,6 +156,43 @@ def test_compat_alarm_is_bisected_to_the_commit_that_broke_loading(tiny, tmp_pat
         (tiny["c"]["c2"], 7)}
 
 
+def test_bisect_into_an_older_consumer_names_the_commit_whose_models_it_no_longer_loads(tiny):
+    """`--into c0`, the forward way: each probe saves its own models and c0 loads them. From c2 on the models
+    are saved under the renamed key, which c0's loader does not know."""
+    workflow.run(tiny["cfg"], spec(tiny, "c0"), [str(tiny["suite"])], "OwnFormat", reuse=True)
+    result = bisect(tiny["cfg"], [str(tiny["suite"])], "tinysuite/OwnFormat", repo=str(tiny["repo"].path),
+                    good=tiny["c"]["c1"], bad=tiny["c"]["c5"], check="compat", into_spec=spec(tiny, "c0"),
+                    build="pythonpath", log=lambda _: None)
+    assert result.status == "found", result.message
+    assert result.culprit.item == tiny["c"]["c2"] and result.last_good.item == tiny["c"]["c1"]
+    assert "KeyError" in result.evidence and spec(tiny, "c0") in result.metrics[0]
+    assert all(p.run_id is not None for p in result.probes), "each probe ran the workload that saved its models"
+    assert {p.verdict for p in result.probes if p.item == tiny["c"]["c5"]} == {"bad"}
+    with pytest.raises(UserError, match="not both"):
+        bisect(tiny["cfg"], [str(tiny["suite"])], "tinysuite/OwnFormat", repo=str(tiny["repo"].path),
+               good=tiny["c"]["c1"], bad=tiny["c"]["c5"], check="compat", into_spec=spec(tiny, "c0"),
+               from_spec=tiny["c"]["c0"], log=lambda _: None)
+
+
+def test_a_forward_compat_alarm_is_bisected_to_the_commit_whose_models_the_consumer_no_longer_loads(tiny, tmp_path):
+    """`modelci compat --direction forward --bisect-on-alarm`: c5's models do not load in c0, which opens a
+    forward alarm (producer c5, consumer c0); it is bisected with each probe's models loaded into c0."""
+    workflow.run(tiny["cfg"], spec(tiny, "c0"), [str(tiny["suite"])], "OwnFormat", reuse=True)
+    workflow.run(tiny["cfg"], spec(tiny, "c5"), [str(tiny["suite"])], "OwnFormat", reuse=True)
+    out = tmp_path / "compat.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelci.cli", "compat", "--target", spec(tiny, "c5"), "--suite", str(tiny["suite"]),
+         "-k", "tinysuite/OwnFormat", "--direction", "forward", "--from", spec(tiny, "c0"), "--bisect-on-alarm",
+         "--good", tiny["c"]["c1"], "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "alarm opened" in proc.stdout and "bisected" in proc.stdout, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["bisects"] and all(b["check"] == "compat" for b in report["bisects"])
+    assert {(b["result"]["culprit"]["sha"], b["result"]["culprit"]["pr"]) for b in report["bisects"]} == {
+        (tiny["c"]["c2"], 7)}, [b["summary"] for b in report["bisects"]]
+
+
 def test_a_release_sequence_of_wheels(tiny, tmp_path):
     """Releases 0.1.0, 0.1.1, 0.2.0 (the rename) and 0.3.0 as wheels on a find-links folder: ordered by version;
     bisect over the releases names 0.2.0."""

@@ -11,6 +11,11 @@ entries are folded into one result per workload, so that the search and the repo
 
 The producer is `--from` (a ref of the repository, a target spec, a version); without it the good end is the
 producer, and it is run first (with reuse) so that its saved models are in the store.
+
+`--into CONSUMER` asks the other way round (what a `forward` compat alarm reports: a newer build saves models an
+older one no longer reads): each probe first runs the workload in the probe's build (with reuse), which stores the
+models it saves, then loads them into the consumer (`compat.check --direction forward`). The probe keeps the run's
+id, and the culprit is the first build whose own models the consumer no longer loads.
 """
 
 from __future__ import annotations
@@ -28,21 +33,32 @@ class CompatProber:
     """Runs compat probes for a bisect: the producer's stored models loaded into each probed build."""
 
     def __init__(self, config: Any, suite_specs: list[str], pattern: str | None, from_spec: str | None,
-                 producer_spec: str, log: Any):
+                 producer_spec: str, log: Any, *, into_spec: str | None = None, prober: Any = None):
         self.config, self.suite_specs, self.pattern = config, suite_specs, pattern
         self.from_spec = (from_spec or "").strip() or None
         self.producer_spec, self.log = producer_spec, log
+        #: forward: the consumer that loads each probe's own saved models (None: backward, the producer's models)
+        self.into_spec = (into_spec or "").strip() or None
+        #: the bisect's prober, whose warm workers and open history a forward probe's run uses
+        self.prober = prober
+
+    @property
+    def metric(self) -> str:
+        """What the bisect follows, as its report names it."""
+        if self.into_spec is not None:
+            return f"compat of each probe's saved models into {self.into_spec}"
+        return f"compat from {self.producer}"
 
     def prepare(self) -> None:
         """Without --from the good end saved the models: run it (reusing a stored run) so the store holds them."""
-        if self.from_spec is not None:
+        if self.from_spec is not None or self.into_spec is not None:
             return
         from modelci import workflow
         from modelci.report.console import Progress
 
         self.log(f"the good end {self.producer_spec} is the producer: its saved models are loaded at each probe")
         workflow.run(self.config, self.producer_spec, self.suite_specs, self.pattern, reuse=True,
-                     progress=Progress(quiet=True), alarms=False)
+                     progress=Progress(quiet=True), alarms=False, store=getattr(self.prober, "store", None))
 
     @property
     def producer(self) -> str:
@@ -54,14 +70,41 @@ class CompatProber:
         from modelci import compat
         from modelci.report.console import Progress
 
+        store = getattr(self.prober, "store", None)
+        meta: dict[str, Any] = {"run_id": None, "reused": False}
         try:
-            outcome = compat.check(self.config, spec, self.suite_specs, self.pattern, from_spec=self.producer,
-                                   progress=Progress(quiet=True))
+            if self.into_spec is not None:
+                meta = self._save_models(spec)
+                outcome = compat.check(self.config, spec, self.suite_specs, self.pattern, from_spec=self.into_spec,
+                                       direction="forward", progress=Progress(quiet=True), store=store)
+            else:
+                outcome = compat.check(self.config, spec, self.suite_specs, self.pattern, from_spec=self.producer,
+                                       progress=Progress(quiet=True), store=store)
         except UserError as exc:
             if round == 0:
                 raise  # an end that cannot be checked (no stored models, a build that fails) is bad input
-            return {}, {"run_id": None, "reused": False, "why": f"untestable: {str(exc).splitlines()[0]}"}
-        return fold(outcome.entries), {"run_id": None, "reused": False, "check_id": outcome.check_id}
+            return {}, {**meta, "why": f"untestable: {str(exc).splitlines()[0]}"}
+        return fold(outcome.entries), {**meta, "check_id": outcome.check_id}
+
+    def _save_models(self, spec: str) -> dict[str, Any]:
+        """Run the workload in the probe's build (reusing a stored run), so that the models it saves are stored."""
+        from modelci import workflow
+        from modelci.report.console import Progress
+
+        outcome = workflow.run(self.config, spec, self.suite_specs, self.pattern, reuse=True,
+                               progress=Progress(quiet=True), alarms=False, pool=getattr(self.prober, "pool", None),
+                               compile_bytecode=False, store=getattr(self.prober, "store", None))
+        run_id = outcome.run_id or next((r.run_id for r in outcome.results if r.run_id is not None), None)
+        return {"run_id": run_id, "reused": all(r.reused for r in outcome.results)}
+
+    def evidence(self, good: Result, bad: Result, good_label: str, bad_label: str) -> str:
+        """Why the ends bracket a compat break (`evidence`, worded for the direction); raises BisectRefused."""
+        if self.into_spec is None:
+            return evidence(good, bad, good_label, bad_label)
+        return evidence(good, bad, good_label, bad_label,
+                        what=f"the models it saved of {good.workload} do not load in {self.into_spec}",
+                        loads=f"the models it saved of {bad.workload} load and match in {self.into_spec}",
+                        at=f"its own models in {self.into_spec}")
 
 
 def fold(entries: list[Any]) -> dict[str, Result]:
@@ -101,16 +144,19 @@ def verdict(result: Result | None) -> tuple[str, str, dict[str, Any]]:
     return "bad", result.reason, numbers
 
 
-def evidence(good: Result, bad: Result, good_label: str, bad_label: str) -> str:
-    """Why the ends bracket a compat break; raises BisectRefused when they do not."""
+def evidence(good: Result, bad: Result, good_label: str, bad_label: str, *, what: str = "", loads: str = "",
+             at: str = "") -> str:
+    """Why the ends bracket a compat break; raises BisectRefused when they do not. `what`, `loads` and `at` word
+    it for a forward bisect (each probe's own models into a consumer)."""
     from modelci.bisect.judge import BisectRefused
 
     if good.status != "ok":
-        raise BisectRefused(f"the good end {good_label} is not good: the producer's models of {good.workload} do "
-                            f"not load there ({good.reason}); pick a good end where they load")
+        what = what or f"the producer's models of {good.workload} do not load there"
+        raise BisectRefused(f"the good end {good_label} is not good: {what} ({good.reason}); pick a good end where "
+                            "they load")
     if bad.status == "error":
         raise BisectRefused(f"the bad end {bad_label} cannot be tested: {bad.reason}")
     if bad.status == "ok":
-        raise BisectRefused(f"the bad end {bad_label} is not bad: the producer's models of {bad.workload} load "
-                            "and match there; nothing to bisect")
-    return f"at {bad_label}: {bad.reason}"
+        loads = loads or f"the producer's models of {bad.workload} load and match there"
+        raise BisectRefused(f"the bad end {bad_label} is not bad: {loads}; nothing to bisect")
+    return f"at {bad_label}{' (' + at + ')' if at else ''}: {bad.reason}"

@@ -35,6 +35,8 @@ class AlarmBisect:
     alarm_ids: list[int]
     #: a compat alarm: the build that saved the models that no longer load (`bisect --check compat --from`)
     from_spec: str | None = None
+    #: a forward compat alarm: the older build that no longer loads what newer ones save (`--into`)
+    into_spec: str | None = None
     result: Any = None  # modelci.bisect.BisectResult when the bisect ran to the end
     error: str = ""
     summary: str = ""
@@ -67,18 +69,27 @@ def check_for(check: str, metric: str) -> str | None:
 
 def plan(events: list[Any]) -> list[AlarmBisect]:
     """One bisect per (workload, check) among the alarms that just opened, in the order they opened; for compat
-    alarms one per (workload, producer), following the models that producer saved."""
-    plans: dict[tuple[str, str | None, str | None], AlarmBisect] = {}
+    alarms one per (workload, producer), following the models that producer saved, and for forward compat alarms
+    (a newer build saved models an older one no longer loads) one per (workload, consumer), following each probe's
+    own models into that consumer."""
+    plans: dict[tuple[str, str | None, str | None, str | None], AlarmBisect] = {}
     for event in events:
         alarm = event.alarm
         if event.event != "open" or alarm.kind not in BISECTABLE_KINDS or not alarm.workload:
             continue
         check = check_for(alarm.check, alarm.metric)
-        producer = (alarm.numbers or {}).get("producer") if check == "compat" else None
-        if check == "compat" and (not producer or (alarm.numbers or {}).get("direction") != "backward"):
-            continue  # only a model an older build saved has a commit range that broke loading it
-        key = (alarm.workload, check, producer)
-        plans.setdefault(key, AlarmBisect(alarm.workload, check, [], from_spec=producer)).alarm_ids.append(alarm.id)
+        numbers = alarm.numbers or {}
+        producer = consumer = None
+        if check == "compat":
+            if numbers.get("direction") == "backward" and numbers.get("producer"):
+                producer = numbers["producer"]
+            elif numbers.get("direction") == "forward" and numbers.get("consumer"):
+                consumer = numbers["consumer"]
+            else:
+                continue  # a compat alarm that names no build to load from or into has no range to bisect
+        key = (alarm.workload, check, producer, consumer)
+        plans.setdefault(key, AlarmBisect(alarm.workload, check, [], from_spec=producer,
+                                          into_spec=consumer)).alarm_ids.append(alarm.id)
     return list(plans.values())
 
 
@@ -105,7 +116,7 @@ def bisect_alarms(config: Any, store: Any, outcome: Any, suite_specs: list[str],
         try:
             item.result = bisect(config, suite_specs, item.workload, repo=repo, good=good, bad=bad,
                                  check=item.check, first_parent=first_parent, build=build, jobs=jobs, log=log,
-                                 command=command, from_spec=item.from_spec, pool=pool)
+                                 command=command, from_spec=item.from_spec, into_spec=item.into_spec, pool=pool)
         except BisectRefused as exc:
             item.error = f"bisect refused: {exc}"
         except UserError as exc:

@@ -28,6 +28,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--from", dest="from_spec", metavar="PRODUCER",
                         help="with --check compat: the build whose saved models are loaded at each probe: a ref, a "
                              "target spec or a version (default: the good end)")
+    parser.add_argument("--into", dest="into_spec", metavar="CONSUMER",
+                        help="with --check compat: the other way round, the first build whose own saved models no "
+                             "longer load or match in CONSUMER (an older build that must read them: a ref, a target "
+                             "spec or a version); each probe runs the workload, which saves its models, first")
     parser.add_argument("--improvement", "--invert", action="store_true",
                         help="find the commit that made it better (faster, smaller, passing, new outputs): the "
                              "newer end is the reference and the older end must be worse than it")
@@ -68,7 +72,7 @@ def main(args, cfg) -> int:
         result = bisect(cfg, args.suite or cfg.suites, args.pattern, repo=args.repo, good=args.good, bad=args.bad,
                         versions=versions, check=args.check, first_parent=args.first_parent, build=args.build,
                         jobs=args.jobs, log=log, command=args.command_line, from_spec=args.from_spec,
-                        improvement=args.improvement)
+                        into_spec=args.into_spec, improvement=args.improvement)
     except workflow.Interrupted as exc:
         out.print(f"[yellow]{exc}; run the same command again to resume[/]")
         return EXIT_INTERRUPTED
