@@ -16,7 +16,8 @@ from zoo_contract import Zoo, ZooContract, assert_same_outputs, ids, run_probe  
 
 HELPER = TorchHelper()
 ZOO = Zoo("torch", HELPER)
-MULTI = [cls for cls in ZOO.workloads if cls.devices > 1]
+#: the workloads that run as several ranks: `devices` on each of `nodes` (here all on this machine)
+MULTI = [cls for cls in ZOO.workloads if cls.devices * cls.nodes > 1]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -126,7 +127,8 @@ def test_data_parallel_matches_one_process_on_the_full_batch(cls, tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     out = tmp_path / "rank0.npz"
-    mp.spawn(_rank_main, args=(cls.devices, _free_port(), cls.__name__, str(out)), nprocs=cls.devices, join=True)
+    ranks = cls.devices * cls.nodes
+    mp.spawn(_rank_main, args=(ranks, _free_port(), cls.__name__, str(out)), nprocs=ranks, join=True)
     with np.load(out) as ranked:
         ranked = {key: ranked[key] for key in ranked.files}
 

@@ -30,7 +30,7 @@ def modules_each_forked_workload_imports(name: str, helper: Any) -> dict[str, li
 
     zoo = Zoo(name, helper)
     found = {}
-    for cls in [c for c in zoo.workloads if c.devices == 1]:
+    for cls in [c for c in zoo.workloads if c.devices == 1 and c.nodes == 1]:
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:

@@ -338,14 +338,20 @@ class Executor:
         return json.loads(out.read_text())
 
     def run_workload(self, suites: dict[str, Path], workload: WorkloadInfo, *, timeout: float = 1800,
-                     repeats: int | None = None, save: bool = True) -> Result:
-        """Execute one workload, forked when that is safe, and turn whatever happened into a Result."""
+                     repeats: int | None = None, save: bool = True, node: local.NodeRole | None = None) -> Result:
+        """Execute one workload, forked when that is safe, and turn whatever happened into a Result.
+
+        A workload whose ranks span several nodes runs only given its `node` role (a cluster executor gives
+        it); without one it is `skipped` with the reason."""
+        skipped = None if node else local.needs_nodes(workload)
+        if skipped:
+            return skipped
         if not self.suite_folders:
             self.suite_folders = list(suites.values())
         out = Path(tempfile.mkdtemp(prefix=local.scratch_prefix(workload.name), dir=self.scratch))
         # with isolation = "spawn" every process is fresh, the other ranks of a `devices > 1` workload too
         argv = local.run_args(suites, workload, out, seed=self.seed, repeats=repeats, save=save,
-                              ranks="spawn" if self.configured == "spawn" else "fork")
+                              ranks="spawn" if self.configured == "spawn" else "fork", node=node)
         ended = None if self.reason else self._fork(CHILD, argv, out, timeout, workload.framework)
         if ended is None:
             cmd = [str(self.python), "-m", "modelci.workload.child", *argv]

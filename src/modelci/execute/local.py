@@ -44,6 +44,8 @@ class WorkloadInfo:
     requires: list[str]
     code_hash: str
     cls: str = ""
+    #: machines its ranks span (`nodes * devices` ranks); more than 1 needs a cluster executor
+    nodes: int = 1
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "WorkloadInfo":
@@ -52,7 +54,38 @@ class WorkloadInfo:
             id=data["id"], name=data["name"], suite=data["suite"], file=data["file"], framework=data["framework"],
             domain=data["domain"], steps=data["steps"], formats=data["formats"], devices=data["devices"],
             requires=data["requires"], code_hash=data["code_hash"], cls=data.get("class", ""),
+            nodes=int(data.get("nodes", 1)),
         )
+
+
+@dataclass(frozen=True)
+class NodeRole:
+    """The part one node plays in a workload that spans `nodes` machines: which node it is, where the ranks meet
+    (rank 0's node address and a port there, never 127.0.0.1), and this node's own address, which its ranks'
+    collectives bind to. A cluster executor makes one per node and runs the workload on each with it."""
+
+    nodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    node_address: str
+
+    def args(self) -> list[str]:
+        """The child's arguments that place it (workload/child.py, `Placement`)."""
+        return ["--nodes", str(self.nodes), "--node-rank", str(self.node_rank), "--master-addr", self.master_addr,
+                "--master-port", str(self.master_port), "--node-address", self.node_address]
+
+
+def needs_nodes(workload: WorkloadInfo) -> Result | None:
+    """The `skipped` result of a workload whose ranks span several nodes, run without a cluster executor; None
+    for any other workload. Its ranks on one machine would not test what it is there for: collectives and
+    rendezvous between machines."""
+    if workload.nodes <= 1:
+        return None
+    return Result(status="skipped", workload=workload.id, code_hash=workload.code_hash, framework=workload.framework,
+                  domain=workload.domain,
+                  reason=f"its ranks span {workload.nodes} nodes (nodes = {workload.nodes}): run it with "
+                         'executor = "ray" on a cluster of that many nodes')
 
 
 def shim_dir(root: Path) -> Path:
@@ -178,11 +211,15 @@ def run_workload(
     repeats: int | None = None,
     save: bool = True,
     threads: int = 0,
+    node: NodeRole | None = None,
 ) -> Result:
     """Execute one workload in a fresh process and turn whatever happened into a Result."""
+    skipped = None if node else needs_nodes(workload)
+    if skipped:
+        return skipped
     out = Path(tempfile.mkdtemp(prefix=scratch_prefix(workload.name), dir=scratch))
     cmd = [str(python), "-m", "modelci.workload.child", *run_args(suites, workload, out, seed=seed, repeats=repeats,
-                                                                  save=save)]
+                                                                  save=save, node=node)]
     code, seconds = spawn(cmd, child_env(shim_dir(scratch), seed, threads), out, timeout)
     return child_outcome(workload, out, code, seconds, timeout)
 
@@ -194,11 +231,13 @@ def scratch_prefix(name: str) -> str:
 
 
 def run_args(suites: dict[str, Path], workload: WorkloadInfo, out: Path, *, seed: int = 0,
-             repeats: int | None = None, save: bool = True, ranks: str = "fork") -> list[str]:
+             repeats: int | None = None, save: bool = True, ranks: str = "fork", node: NodeRole | None = None
+             ) -> list[str]:
     """The arguments of `modelci.workload.child` that run one workload into `out` (shared with forked.py).
 
     `ranks` says how rank 0 of a `devices > 1` workload starts the others: "fork" (from itself, where that is
-    safe) or "spawn" (fresh processes, with `isolation = "spawn"`).
+    safe) or "spawn" (fresh processes, with `isolation = "spawn"`). `node` places the run on one node of a
+    workload that spans several.
     """
     args = ["run", "--workload", workload.id, "--file", workload.file, "--out", str(out), "--seed", str(seed)]
     args += [arg for name, folder in suites.items() for arg in ("--suite", f"{name}={folder}")]
@@ -208,6 +247,8 @@ def run_args(suites: dict[str, Path], workload: WorkloadInfo, out: Path, *, seed
         args.append("--no-save")
     if workload.devices > 1 and ranks != "fork":
         args += ["--ranks", ranks]
+    if node is not None:
+        args += node.args()
     return args
 
 

@@ -24,6 +24,9 @@ class Context:
     device: str = "cpu"
     rank: int = 0
     world_size: int = 1
+    #: the rank among this node's ranks, and which node this is (`nodes > 1`)
+    local_rank: int = 0
+    node_rank: int = 0
     scratch: Path = field(default_factory=Path)
     #: user metrics recorded with `record`, name -> samples
     metrics: dict[str, list[float]] = field(default_factory=dict)
@@ -73,8 +76,11 @@ class Workload:
     #: save formats checked for backward compatibility (names, or `Format(name, unsafe=...)`): the workload's
     #: own `save`/`load` when it writes them, else the framework helper's
     formats: ClassVar[tuple[str, ...]] = ()
-    #: number of cooperating processes (torch.distributed); rank 0 reports
+    #: number of cooperating processes (torch.distributed) on each node; rank 0 reports
     devices: ClassVar[int] = 1
+    #: number of machines the ranks span (`nodes * devices` ranks in all); more than 1 needs a cluster executor
+    #: (`executor = "ray"`), which starts `devices` ranks on each of `nodes` different nodes
+    nodes: ClassVar[int] = 1
     #: inference warm-up calls and timed repeats
     warmup: ClassVar[int] = 1
     repeats: ClassVar[int] = 5

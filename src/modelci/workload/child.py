@@ -193,6 +193,7 @@ def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dic
         "steps": int(cls.steps),
         "formats": list(cls.formats),
         "devices": int(cls.devices),
+        "nodes": int(getattr(cls, "nodes", 1)),
         "requires": list(cls.requires),
         "code_hash": code_hash,
     }
@@ -507,10 +508,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_ranks(args: argparse.Namespace, world_size: int, port: int) -> list[subprocess.Popen]:
-    """Start ranks 1..N-1 as fresh copies of this process; rank 0 is this process and reports for all."""
+def start_ranks(args: argparse.Namespace, world_size: int, port: int, ranks: range) -> list[subprocess.Popen]:
+    """Start this node's other ranks (`ranks`) as fresh copies of this process, which leads the node's ranks
+    and reports for them (rank 0 reports for all)."""
     procs = []
-    for rank in range(1, world_size):
+    for rank in ranks:
         rank_out = Path(args.out) / f"rank-{rank}"
         cmd = [sys.executable, "-m", "modelci.workload.child", *sys.argv[1:], "--rank", str(rank),
                "--world-size", str(world_size), "--master-port", str(port), "--out", str(rank_out)]
@@ -568,16 +570,16 @@ def fork_hazard() -> str:
     return ""
 
 
-def fork_ranks(args: argparse.Namespace, world_size: int) -> tuple[list[ForkedRank], int]:
-    """Fork ranks 1..N-1 from this process, right after the prologue, so that each starts in the state a fresh
-    rank reaches after its own import, seeding and determinism flags (a fresh rank imported torch
-    again, 3 s of a 2-rank workload). Returns (the ranks, 0) in rank 0, and ([], rank) in a forked rank,
-    whose stdout and stderr then go to `rank-<rank>.log`, as a spawned rank's do.
+def fork_ranks(args: argparse.Namespace, ranks_to_fork: range) -> tuple[list[ForkedRank], int]:
+    """Fork this node's other ranks (`ranks_to_fork`) from this process, right after the prologue, so that each
+    starts in the state a fresh rank reaches after its own import, seeding and determinism flags (a fresh rank
+    imported torch again, 3 s of a 2-rank workload). Returns (the ranks, 0) in the node's first rank, and
+    ([], rank) in a forked rank, whose stdout and stderr then go to `rank-<rank>.log`, as a spawned rank's do.
     """
     sys.stdout.flush()
     sys.stderr.flush()
     ranks = []
-    for rank in range(1, world_size):
+    for rank in ranks_to_fork:
         pid = os.fork()
         if pid == 0:
             log = os.open(Path(args.out) / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -589,9 +591,10 @@ def fork_ranks(args: argparse.Namespace, world_size: int) -> tuple[list[ForkedRa
     return ranks, 0
 
 
-def join_ranks(procs: list[subprocess.Popen] | list[ForkedRank], out: Path, rec: Recorder) -> None:
-    """Wait for the other ranks; a rank that failed or crashed makes the whole result fail."""
-    for rank, proc in enumerate(procs, 1):
+def join_ranks(procs: list[subprocess.Popen] | list[ForkedRank], out: Path, rec: Recorder, first: int = 1) -> None:
+    """Wait for this node's other ranks (numbered from `first`); a rank that failed or crashed makes the whole
+    result fail."""
+    for rank, proc in enumerate(procs, first):
         try:
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -605,12 +608,52 @@ def join_ranks(procs: list[subprocess.Popen] | list[ForkedRank], out: Path, rec:
             rec.data.update(status="failed", reason=f"rank {rank}: {reason}", traceback=log)
 
 
+class Placement:
+    """Where one process of a workload stands among its ranks: `nodes` machines with `devices` ranks each.
+
+    Node K holds the ranks K*devices .. K*devices + devices - 1; the first of them leads the node: it starts the
+    others and reports for them. Rank 0 (node 0's leader) reports for the workload. The ranks meet at
+    `master_addr:master_port`, on rank 0's node: 127.0.0.1 and a free port when there is one node, the address
+    the executor gives (`--master-addr`, `--master-port`) when there are several.
+    """
+
+    def __init__(self, args: argparse.Namespace, cls: type[Workload]):
+        self.devices = max(1, int(cls.devices))
+        self.nodes = args.nodes or max(1, int(getattr(cls, "nodes", 1)))
+        self.node_rank = args.node_rank
+        if not 0 <= self.node_rank < self.nodes:
+            raise ValueError(f"--node-rank {self.node_rank} is not a node of a {self.nodes}-node workload")
+        self.world_size = args.world_size or self.nodes * self.devices
+        self.leader = self.node_rank * self.devices
+        self.rank = self.leader if args.rank is None else args.rank
+        self.local_rank = self.rank - self.leader
+        self.master_addr = args.master_addr or "127.0.0.1"
+        self.master_port = args.master_port
+        self.node_address = args.node_address
+        if self.nodes > 1 and not (args.master_addr and args.master_port):
+            raise ValueError(
+                f"a workload with nodes = {self.nodes} needs the rendezvous address of rank 0's node "
+                "(--master-addr, --master-port), which a cluster executor gives; run it with executor = \"ray\"")
+
+    def other_local_ranks(self) -> range:
+        """The ranks this process starts: the rest of its node's, when it leads the node."""
+        return range(self.leader + 1, self.leader + self.devices) if self.local_rank == 0 else range(0)
+
+    def info(self) -> dict[str, Any]:
+        """What a result records of the placement (for `nodes > 1`)."""
+        return {"nodes": self.nodes, "node_rank": self.node_rank, "master_addr": self.master_addr,
+                "master_port": self.master_port, "node_address": self.node_address}
+
+
 def execute(args: argparse.Namespace) -> int:
     """Run one workload and write result.json; exceptions become `failed` (or `skipped`) results.
 
     A workload with `devices = N` runs as N cooperating processes (torch.distributed with gloo on CPU):
     this process is rank 0 and starts the others; rank 0 reports. The other ranks are forks of this process
     taken after the prologue (`--ranks fork`, the default, where forking is safe), or fresh processes.
+    A workload with `nodes = M` runs this way on each of M nodes, one such process per node started by the
+    executor with `--node-rank` and the rendezvous address of rank 0's node (`Placement`); each node's first
+    rank writes its node's result, and rank 0's is the workload's.
     """
     suites = parse_suites(args.suite)
     out = Path(args.out)
@@ -628,29 +671,35 @@ def execute(args: argparse.Namespace) -> int:
         helper.warm_up()
         freeze_heap()
         reset_peak_rss()
-        world_size = args.world_size or max(1, int(cls.devices))
-        if world_size > 1 and args.rank == 0:
-            args.master_port = args.master_port or free_port()
+        place = Placement(args, cls)
+        world_size = place.world_size
+        if place.nodes > 1:
+            rec.data["info"].update(place.info())
+        others = place.other_local_ranks()
+        if others:
+            place.master_port = place.master_port or free_port()
             hazard = fork_hazard() if args.ranks == "fork" else "--ranks spawn"
             rec.data["info"]["ranks"] = "spawn" if hazard else "fork"
             if hazard:
                 rec.data["info"]["ranks_reason"] = hazard
-                ranks = start_ranks(args, world_size, args.master_port)
+                ranks = start_ranks(args, world_size, place.master_port, others)
             else:
-                ranks, forked_rank = fork_ranks(args, world_size)
+                ranks, forked_rank = fork_ranks(args, others)
             if forked_rank:  # this process is now rank `forked_rank`: it reports into its own folder, as a fresh one
-                args.rank, args.save, ranks = forked_rank, False, []
+                place.rank, place.local_rank = forked_rank, forked_rank - place.leader
+                args.save, ranks = False, []
                 out = Path(args.out) / f"rank-{forked_rank}"
                 rec = Recorder(out, args.workload)  # first: nothing this rank records may land in rank 0's files
                 rec.data["info"]["python"] = platform.python_version()
                 out.mkdir(parents=True, exist_ok=True)
-        device = helper.default_device(args.rank) if args.device == "auto" else args.device
+        device = helper.default_device(place.local_rank) if args.device == "auto" else args.device
         rec.data["info"]["device"] = device
-        ctx = Context(seed=args.seed, device=device, scratch=out / "scratch", rank=args.rank,
-                      world_size=world_size)
+        ctx = Context(seed=args.seed, device=device, scratch=out / "scratch", rank=place.rank,
+                      world_size=world_size, local_rank=place.local_rank, node_rank=place.node_rank)
         ctx.scratch.mkdir(exist_ok=True)
         if world_size > 1:
-            helper.init_distributed(args.rank, world_size, "127.0.0.1", args.master_port)
+            helper.init_distributed(place.rank, world_size, place.master_addr, place.master_port,
+                                    local_address=place.node_address)
             rec.data["info"]["world_size"] = world_size
         run_phases(cls(), cls, ctx, helper, rec, args)
         for name, values in ctx.metrics.items():
@@ -670,7 +719,7 @@ def execute(args: argparse.Namespace) -> int:
         except Exception:  # noqa: BLE001 - a group torn down by a failed rank must not hide that failure
             pass
     if ranks:
-        join_ranks(ranks, out, rec)
+        join_ranks(ranks, out, rec, first=place.leader + 1)
     rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
     rec.data["info"]["rss_end"] = rss_parts()
     rec.data["info"]["modules"] = module_info(sorted({*frameworks.framework_modules(), *args.report_module}))
@@ -732,14 +781,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--warmup", type=int, default=None)
     run.add_argument("--no-save", dest="save", action="store_false")
     run.add_argument("--report-module", action="append", default=[])
-    run.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    run.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     run.add_argument("--world-size", type=int, default=0, help=argparse.SUPPRESS)
-    run.add_argument("--master-port", type=int, default=0, help=argparse.SUPPRESS)
+    run.add_argument("--master-port", type=int, default=0,
+                     help="the rendezvous port on rank 0's node (default: a free one, with one node)")
+    run.add_argument("--nodes", type=int, default=0, help="nodes the ranks span (default: the workload's `nodes`)")
+    run.add_argument("--node-rank", type=int, default=0, help="which node this is (0: rank 0's node)")
+    run.add_argument("--master-addr", default="", help="rank 0's node address, where the ranks meet (nodes > 1)")
+    run.add_argument("--node-address", default="",
+                     help="this node's own address, the one its ranks' collectives bind to (nodes > 1)")
     run.add_argument("--ranks", choices=("fork", "spawn"), default="fork",
                      help="how rank 0 starts the other ranks of a `devices > 1` workload: forked from itself after "
                           "the prologue where that is safe (default), or as fresh processes")
     args = parser.parse_args(argv)
-    if args.command == "run" and args.rank > 0:
+    if args.command == "run" and (args.rank or args.node_rank):
         args.save = False  # rank 0 reports and saves for the group
     if args.command == "list":
         found = discover(parse_suites(args.suite))

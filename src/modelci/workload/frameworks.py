@@ -24,6 +24,8 @@ from __future__ import annotations
 import importlib
 import os
 import random
+import socket
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, Tuple
@@ -150,8 +152,11 @@ class PythonHelper:
         """Load with the framework's own mechanism; the workload's `load` wins when it has one."""
         raise NotImplementedError(f"framework {self.name!r} has no built-in load for format {fmt!r}")
 
-    def init_distributed(self, rank: int, world_size: int, address: str, port: int) -> None:
-        """Join a process group of `world_size` ranks (`devices = N`); rank 0 listens on address:port."""
+    def init_distributed(self, rank: int, world_size: int, address: str, port: int, local_address: str = "") -> None:
+        """Join a process group of `world_size` ranks (`devices = N` on each of `nodes` nodes); rank 0 listens on
+        address:port, on its node's address. `local_address`, when given, is this node's own address, which the
+        collectives' sockets must bind to: the host name may resolve to 127.0.0.1, which the other nodes
+        cannot reach."""
         raise NotImplementedError(f"framework {self.name!r} has no multi-process support; set devices = 1")
 
     def shutdown_distributed(self) -> None:
@@ -262,3 +267,31 @@ def by_module(module: str) -> type[PythonHelper] | None:
 def framework_modules() -> list[str]:
     """The top-level modules of every registered framework (those a result reports the version and file of)."""
     return [cls.module for cls in helper_classes() if cls.module]
+
+
+#: the ioctl that reads an interface's IPv4 address (linux/sockios.h)
+_SIOCGIFADDR = 0x8915
+
+
+def interface_of(address: str) -> str | None:
+    """The name of the network interface that holds the IPv4 `address` on this machine (`eth0`), or None when
+    none does, or the platform cannot say (no `fcntl`, not Linux).
+
+    Collective libraries pick their interface by name (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`): given the
+    node address the cluster knows, this names it for them.
+    """
+    try:
+        import fcntl
+
+        wanted = socket.inet_aton(address)
+    except (ImportError, OSError):
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                answer = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on this interface
+                continue
+            if answer[20:24] == wanted:
+                return name
+    return None

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
-from modelci.workload.frameworks import Format, PythonHelper, format_table
+from modelci.workload.frameworks import Format, PythonHelper, format_table, interface_of
 
 #: format -> the oldest torch that has it (torch.export.save/load arrived in 2.1)
 _MIN_VERSION = {"torch_export": (2, 1)}
@@ -201,14 +201,27 @@ class TorchHelper(PythonHelper):
         except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing the workload could see
             pass
 
-    def init_distributed(self, rank: int, world_size: int, address: str, port: int) -> None:
-        """Join a gloo process group (NCCL when every rank has its own GPU) through rank 0's TCP store."""
+    def init_distributed(self, rank: int, world_size: int, address: str, port: int, local_address: str = "") -> None:
+        """Join a gloo process group (NCCL when every rank of the node has its own GPU) through rank 0's TCP store.
+
+        With `local_address` (ranks on several nodes), gloo and NCCL bind to the interface holding it, unless
+        `GLOO_SOCKET_IFNAME`/`NCCL_SOCKET_IFNAME` already say: by default gloo binds to the address the host
+        name resolves to, often 127.0.0.1, and the other nodes' ranks then wait for a peer they cannot reach.
+        """
         import torch
         import torch.distributed as dist
 
-        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+        if local_address:
+            interface = interface_of(local_address)
+            if interface is None:
+                raise RuntimeError(f"no network interface of this node holds its address {local_address}")
+            for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+                os.environ.setdefault(variable, interface)
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        # one node: a GPU for each rank; several: this node's ranks are told apart by rank modulo its GPUs
+        backend = "nccl" if gpus and gpus >= (1 if local_address else world_size) else "gloo"
         if backend == "nccl":
-            torch.cuda.set_device(rank)
+            torch.cuda.set_device(rank % gpus)
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world_size)
 
     def shutdown_distributed(self) -> None:

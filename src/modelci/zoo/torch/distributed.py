@@ -103,3 +103,12 @@ class DataParallelMLPReference(DataParallelMLP):
     """The same model and data in one process on the full batch: its loss curve is what the 2-rank run must match."""
 
     devices = 1
+
+
+class DataParallelMLPTwoNodes(DataParallelMLP):
+    """The same DDP model with its 2 ranks on 2 machines, one rank each (`nodes = 2`): the ranks meet at rank 0's
+    node address and gloo's collectives cross the network. Its loss curve must be DataParallelMLP's, whose 2 ranks
+    share one machine. It needs a cluster executor (`executor = "ray"`); the local executor skips it."""
+
+    nodes = 2
+    devices = 1
