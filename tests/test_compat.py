@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from compatfw import write_project
+from compatfw import SUITE, write_project
 
 from modelci import compat, targets, workflow
 from modelci import config as config_module
@@ -127,7 +127,11 @@ def test_forward_loads_the_targets_models_in_the_older_build(project):
         ("compatsuite/Retired", "json"): "ok",
         ("compatsuite/Stable", "folder"): "ok",
         ("compatsuite/Stable", "json"): "ok",
+        # 2.0 dropped the format: its run skipped it, and the matrix says so rather than leaving the row out
+        ("compatsuite/Legacy", "text"): "not_saved",
     }
+    skipped = next(e for e in outcome.entries if e.outcome == "not_saved")
+    assert skipped.saved == "skipped" and not skipped.gating and "format was skipped" in skipped.reason
     assert {(e.producer["version"], e.consumer["version"]) for e in outcome.entries} == {("2.0", "1.0")}
     assert "KeyError: 'weight'" in next(e.error for e in outcome.entries if e.workload.endswith("Renamed"))
 
@@ -253,6 +257,72 @@ def test_a_format_a_version_lacks_is_skipped_with_its_reason_in_the_runs_output(
     assert done.returncode == 0, done.stdout + done.stderr
     line = next(line for line in done.stdout.splitlines() if "format text of compatsuite/Legacy" in line)
     assert "skipped" in line and "text" in line.split("skipped", 1)[1]
+
+
+#: workloads of compatfw whose `save` of format `raw` leaves nothing at its path (as `np.savez(path)` writes
+#: `path.npz`); Beside saves `json` as well, Nothing only `raw`
+UNSAVED_SUITE = SUITE.split("class Stable")[0] + '''
+class Beside(_Base):
+    formats = ("json", "raw")
+
+    def supports(self, fmt):  # why a format cannot be saved, or None: `raw` always can
+        return None if fmt == "raw" else super().supports(fmt)
+
+    def save(self, ctx, fmt, path):
+        if fmt != "raw":
+            return super().save(ctx, fmt, path)
+        import pathlib
+        pathlib.Path(str(path) + ".npz").write_bytes(b"x")
+
+
+class Nothing(Beside):
+    formats = ("raw",)
+'''
+
+
+def test_compat_shows_each_saved_formats_status_and_why_each_cell_holds(project, tmp_path):
+    """A format the producer's run failed to save is a row of the matrix saying so, with the run's reason, not
+    an absence; every entry says why it holds its outcome, in the console, the JSON and the Markdown."""
+    suite = tmp_path / "unsavedsuite"
+    suite.mkdir()
+    (suite / "models.py").write_text(UNSAVED_SUITE)
+    produced = workflow.run(project["cfg"], str(project["v1"]), [str(suite)])
+    assert [r.status for r in produced.results] == ["ok", "ok"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "modelci.cli", "compat", "--target", str(project["v2"]),
+                               "--suite", str(suite), *args], cwd=project["root"], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "COLUMNS": "250"})
+
+    done = cli("--json", str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md"))
+    assert done.returncode == 0, done.stdout + done.stderr  # a failed save is the producer run's failure
+    report = json.loads((tmp_path / "c.json").read_text())
+    entries = {(e["workload"], e["format"]): e for e in report["entries"]}
+    assert {k: (e["outcome"], e["saved"]) for k, e in entries.items()} == {
+        ("unsavedsuite/Beside", "json"): ("ok", "ok"),
+        ("unsavedsuite/Beside", "raw"): ("save_failed", "failed"),
+        ("unsavedsuite/Nothing", "raw"): ("save_failed", "failed"),
+    }
+    assert entries["unsavedsuite/Beside", "json"]["reason"].startswith("loaded; every output matches")
+    failed = entries["unsavedsuite/Beside", "raw"]["reason"]
+    assert "the save failed in the producer's run" in failed and "found raw.npz instead" in failed
+    header = next(line for line in done.stdout.splitlines() if "saved by" in line)
+    assert "saved " in header.split("saved by", 1)[1]  # the column of the save's status
+    assert "save_failed unsavedsuite/Beside raw saved by compatfw==1.0" in done.stdout
+    assert "found raw.npz instead" in done.stdout and "Traceback" not in done.stderr
+    markdown_text = (tmp_path / "c.md").read_text()
+    assert "| format | saved by | saved |" in markdown_text
+    raw_rows = [line for line in markdown_text.splitlines() if line.startswith("| raw |")]
+    assert raw_rows and all(row.endswith("| failed | save_failed |") for row in raw_rows), raw_rows  # not gating
+    assert "found raw.npz instead" in markdown_text
+    # the findings alarms and notifications see carry the same reasons
+    outcome = compat.check(project["cfg"], str(project["v2"]), [str(suite)])
+    assert [f.reason for f in compat.findings(outcome)] == [e.reason for e in outcome.entries]
+    assert all(f.reason for f in compat.findings(outcome))
+    # nothing loadable at all is still not a pass, and the message says what the producer's run did instead
+    nothing = cli("-k", "Nothing")
+    assert nothing.returncode == 2 and "not a pass" in nothing.stderr, nothing.stderr
+    assert "unsavedsuite/Nothing raw of compatfw==1.0" in nothing.stderr and "found raw.npz" in nothing.stderr
 
 
 # -- pieces, without environments -----------------------------------------------------------------

@@ -36,7 +36,7 @@ from packaging.version import InvalidVersion, Version
 
 import modelci
 from modelci import targets
-from modelci.checks.policy import Finding
+from modelci.checks.policy import Finding, decided
 from modelci.checks.precision import check_outputs
 from modelci.errors import UserError
 from modelci.execute import local
@@ -46,12 +46,18 @@ from modelci.store.artifacts import CorruptArtifact
 from modelci.store.schema import utcnow
 from modelci.workload.child import helper_files
 
-#: outcomes of one (producer, consumer, workload, format); all but `ok` and `missing` are regressions.
-#: `unreadable` (the stored bytes are missing or do not match their sha256) is a finding of its own:
-#: a producer whose artifacts cannot be read is a finding, not a skip.
-OUTCOMES = ("ok", "load_failed", "outputs_differ", "unsupported", "missing", "unreadable")
-#: a workload deleted from the suite is the suite author's choice, not a break of the framework: reported only
-NOT_GATING = ("ok", "missing")
+#: outcomes of one (producer, consumer, workload, format); all but `ok`, `missing`, `save_failed` and `not_saved`
+#: are regressions. `unreadable` (the stored bytes are missing or do not match their sha256) is a finding of its
+#: own: a producer whose artifacts cannot be read is a finding, not a skip. `save_failed` and `not_saved`: the
+#: producer's run declared the format but saved nothing of it (its `save` failed or wrote nothing at its path;
+#: the format was skipped), so there is no model to load; shown, so that compat never passes on silence.
+OUTCOMES = ("ok", "load_failed", "outputs_differ", "unsupported", "missing", "unreadable", "save_failed",
+            "not_saved")
+#: a workload deleted from the suite is the suite author's choice, not a break of the framework; a save that
+#: failed was the producer's run's failure, reported there: reported only
+NOT_GATING = ("ok", "missing", "save_failed", "not_saved")
+#: the entry outcome of a producer's save status other than ok (result info["saved"])
+UNSAVED = {"failed": "save_failed", "skipped": "not_saved"}
 DIRECTIONS = ("backward", "forward", "both")
 
 
@@ -75,11 +81,23 @@ class CompatEntry:
     size: int = 0
     traceback: str = ""
     times: dict[str, float] = field(default_factory=dict)
+    #: how the producer's run saved the format: ok, failed or skipped (result info["saved"])
+    saved: str = "ok"
 
     @property
     def gating(self) -> bool:
         """Whether this entry fails the check (exit 1)."""
         return self.outcome not in NOT_GATING
+
+    @property
+    def reason(self) -> str:
+        """Why the entry holds its outcome: what differed and by how much, why it could not load, or that it
+        loaded and matched (with the largest difference seen)."""
+        if self.outcome == "ok":
+            return "loaded; every output matches the producer's" + _closest(self.numbers)
+        if self.outcome == "missing":
+            return self.error or "no workload of the suite loads it any more (deleted or renamed)"
+        return self.error or self.outcome.replace("_", " ")
 
 
 @dataclass
@@ -501,25 +519,79 @@ def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | 
         if chosen:
             plan.append((consumer, env, chosen, "backward"))
     own: list[dict[str, Any]] = []
+    ordered: list[dict[str, Any]] = []
     if direction in ("forward", "both"):
         own = latest([m for m in ours if _same_build(m["producer"], consumer)])
         others = {m["producer"]["label"]: m["producer"] for m in latest(ours)
                   if producers.takes(m["producer"]) and not _same_build(m["producer"], consumer)}
         ordered = sorted(others.values(), key=producers.sort_key)
         plan += [(producer, None, own, "forward") for producer in ordered] if own else []
+    unsaved = []
+    if direction in ("backward", "both"):
+        unsaved += unsaved_entries(store, target.name, producers.takes, consumer, "backward", suites, pattern,
+                                   [m for _, _, chosen, way in plan if way == "backward" for m in chosen])
+    for older in ordered:  # forward: what the target itself did not save, in each build it would have loaded in
+        unsaved += unsaved_entries(store, target.name, lambda p: _same_build(p, consumer), older, "forward",
+                                   suites, pattern, own)
     if not plan and not problems:
+        unsaid = "".join(f"; {e.workload} {e.format} of {e.producer.get('label')}: {e.reason}" for e in unsaved)
         raise UserError(_nothing_message(store, target, manifests, direction, producers, suites, pattern,
-                                         bool(own)))
-    return check_stored(config, store, target, plan, problems, suites, direction, progress)
+                                         bool(own)) + unsaid)
+    return check_stored(config, store, target, plan, problems, suites, direction, progress, unsaved)
+
+
+def unsaved_entries(store: Any, name: str, takes: Callable[[dict[str, Any]], bool], consumer: dict[str, Any],
+                    direction: str, suites: dict[str, Path], pattern: str | None,
+                    manifests: list[dict[str, Any]]) -> list[CompatEntry]:
+    """An entry (`save_failed`, `not_saved`) for each format that a producer build `takes` accepts declared in
+    its latest run of a selected workload but saved nothing of, and that has no stored model to check: its
+    status and reason come from the run's result (info["saved"]). Without them such a format was simply absent
+    from the matrix, and a check whose producers saved nothing passed on silence."""
+    from sqlalchemy import select
+
+    from modelci.store.schema import ResultRow, RunRow, TargetRow
+
+    checked = {(tuple(records.identity(m["producer"]).values()), m["workload"], m["format"]) for m in manifests}
+    latest: dict[tuple, tuple[dict[str, Any], dict[str, Any]]] = {}
+    with store.read() as session:
+        rows = session.execute(
+            select(ResultRow.workload, ResultRow.info, TargetRow).join(RunRow, ResultRow.run_id == RunRow.id)
+            .join(TargetRow, RunRow.target_id == TargetRow.id)
+            .where(TargetRow.name == name, TargetRow.kind != "current", ResultRow.status == "ok")
+            .order_by(RunRow.started_at, ResultRow.id))
+        for workload, info, row in rows:
+            if not (info or {}).get("saved") or not _selected({"suite": workload.partition("/")[0],
+                                                              "workload": workload}, suites, pattern):
+                continue
+            producer = target_dict(targets.Target(spec=row.spec, kind=row.kind, name=row.name, version=row.version,
+                                                  commit=row.commit, wheel_sha256=row.wheel_sha256,
+                                                  commit_date=row.commit_date))
+            if not takes(producer):
+                continue
+            for entry in info["saved"]:
+                ident = (tuple(records.identity(producer).values()), workload, str(entry.get("format")))
+                latest[ident] = (producer, entry)  # a later run of the same build wins
+    entries = []
+    for ident, (producer, saved) in sorted(latest.items(), key=lambda item: item[0]):
+        status, (_, workload, fmt) = saved.get("status"), ident
+        if status not in UNSAVED or ident in checked:
+            continue
+        what = "the save failed" if status == "failed" else "the format was skipped"
+        entries.append(CompatEntry(workload=workload, format=fmt, producer=producer, consumer=consumer,
+                                   direction=direction, outcome=UNSAVED[status], saved=status,
+                                   error=f"{what} in the producer's run, so there is no model to load: "
+                                         f"{saved.get('reason') or 'no reason given'}"))
+    return entries
 
 
 def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str, Any], Any, list[dict], str]],
                  problems: list[dict[str, str]], suites: dict[str, Path], direction: str,
-                 progress: Any) -> CompatOutcome:
+                 progress: Any, unsaved: list[CompatEntry] = ()) -> CompatOutcome:
     """Verify, load and judge the planned models, and keep the outcome as history.
 
     `plan` holds (consumer, its environment or None to build it, its manifests, direction); `problems` are the
-    manifests that could not be read, each an `unreadable` entry.
+    manifests that could not be read, each an `unreadable` entry; `unsaved` the formats the producers saved
+    nothing of (`unsaved_entries`), shown beside the models that were checked.
     """
     from modelci import workflow
 
@@ -535,6 +607,7 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
             entries += check_in(config, who, who_env, chosen, fetched, suites, scratch / f"in-{number}", way, progress)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    entries += unsaved
     outcome = CompatOutcome(target=target, direction=direction, entries=entries, check_id=uuid.uuid4().hex,
                             artifacts=store.artifacts.root)
     with store.write() as session:
@@ -687,15 +760,26 @@ def judge(config: Any, manifest: dict[str, Any], consumer: dict[str, Any], direc
                   times=record.get("times", {}), unsafe=unsafe)
 
 
+def _closest(numbers: dict[str, Any]) -> str:
+    """`(largest difference: output:y max_rel=1e-07)` from an ok entry's precision numbers, or ""."""
+    worst = [(n.get("max_rel"), name) for name, n in numbers.items()
+             if name != "inputs" and isinstance(n, dict) and isinstance(n.get("max_rel"), (int, float))]
+    if not worst:
+        return ""
+    value, name = max(worst)
+    return " exactly" if value == 0 else f" (largest difference: {name} max_rel={value:.3g})"
+
+
 def findings(outcome: CompatOutcome) -> list[Finding]:
-    """The entries as check findings (check "compat"), for alarms and notifications like any other regression."""
+    """The entries as check findings (check "compat"), for alarms and notifications like any other regression;
+    each says why (`CompatEntry.reason`) in `numbers["reason"]`, as every check's finding does."""
     out = []
     for e in outcome.entries:
         metric = f"compat:{e.format}:{e.producer.get('label', '?')}->{e.consumer.get('label', '?')}"
         verdict = "regression" if e.gating else "ok"
-        message = f"{e.workload} {e.format} saved by {e.producer.get('label')} in {e.consumer.get('label')}: {e.outcome}"
-        out.append(Finding("compat", metric, verdict, {"outcome": e.outcome, **({"error": e.error} if e.error else {})},
-                           message + (f" - {e.error}" if e.error else ""), gating=e.gating))
+        what = f"{e.workload} {e.format} saved by {e.producer.get('label')} in {e.consumer.get('label')}: {e.outcome}"
+        numbers = {"outcome": e.outcome, "saved": e.saved, **({"error": e.error} if e.error else {})}
+        out.append(decided("compat", metric, verdict, numbers, what, e.reason, gating=e.gating))
     return out
 
 
@@ -712,14 +796,15 @@ def raise_alarms(config: Any, store: Any, outcome: CompatOutcome) -> tuple[list[
 
     observations = []
     for e in outcome.entries:
-        if e.outcome == "missing":
+        if e.outcome in ("missing", "save_failed", "not_saved"):  # nothing was loaded: it neither breaks nor heals
             continue
         producer, consumer = e.producer.get("label", "?"), e.consumer.get("label", "?")
         metric = (f"compat:{e.format}:saved by {producer}" if e.direction == "backward"
                   else f"compat:{e.format}:{producer}->{consumer}")
         message = f"{e.workload} {e.format} saved by {producer} in {consumer}: {e.outcome}"
         numbers = {"outcome": e.outcome, "producer": e.producer.get("spec", ""), "consumer": e.consumer.get("spec", ""),
-                   "direction": e.direction, **({"error": e.error.splitlines()[0]} if e.error else {})}
+                   "direction": e.direction, "reason": e.reason.splitlines()[0] if e.reason else "",
+                   **({"error": e.error.splitlines()[0]} if e.error else {})}
         observations.append(lifecycle.Observation(config.runner, e.workload, "compat", metric, e.gating,
                                                   message=message + (f" - {e.error.splitlines()[0]}" if e.error else ""),
                                                   numbers=numbers))

@@ -1,8 +1,9 @@
 """The compat matrix: producer build × consumer build, per workload and format, in the console, Markdown and JSON.
 
-Every cell is one outcome (`ok`, `load_failed`, `outputs_differ`, `unsupported`, `missing`, `unreadable`);
-below the matrix each cell that is not ok is spelled out with its error, and formats that can execute code on
-load are named as such.
+Every cell is one outcome (`ok`, `load_failed`, `outputs_differ`, `unsupported`, `missing`, `unreadable`,
+`save_failed`, `not_saved`); each row says how the producer's run saved the format (`saved`: ok, failed,
+skipped, as the run's own summary does); below the matrix each cell that is not ok is spelled out with its
+reason, and formats that can execute code on load are named as such.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from modelci.report.console import SAVE_STYLE  # a save's status looks as it does in the run's table
+
 #: bump on any change that breaks a reader; readers check it
 SCHEMA = "modelci.compat/1"
 OUTCOME_STYLE = {"ok": "green", "missing": "yellow", "unsupported": "red", "load_failed": "bold red",
-                 "outputs_differ": "bold red", "unreadable": "bold red"}
+                 "outputs_differ": "bold red", "unreadable": "bold red", "save_failed": "yellow",
+                 "not_saved": "yellow"}
 UNSAFE_NOTE = "executes code on load"
 
 
@@ -48,7 +52,8 @@ def unsafe_formats(entries: list[Any]) -> list[str]:
 
 def _entry_json(e: Any) -> dict[str, Any]:
     return {"workload": e.workload, "format": e.format, "producer": e.producer, "consumer": e.consumer,
-            "direction": e.direction, "outcome": e.outcome, "gating": e.gating, "error": e.error,
+            "direction": e.direction, "outcome": e.outcome, "gating": e.gating, "saved": e.saved,
+            "reason": e.reason, "error": e.error,
             "executes_code_on_load": e.unsafe, "sha256": e.sha256, "size": e.size, "manifest": e.key,
             "numbers": e.numbers, "times": e.times, "traceback": e.traceback}
 
@@ -84,6 +89,11 @@ def _problems(outcome: Any) -> list[Any]:
     return [e for e in outcome.entries if e.outcome != "ok"]
 
 
+def _saved(row: dict[str, Any]) -> str:
+    """How the producer's run saved one row's format (the same in every consumer's cell)."""
+    return next(iter(row.values())).saved
+
+
 def _where(e: Any) -> str:
     return f"{e.workload} {e.format} saved by {e.producer.get('label', '?')}, loaded in {e.consumer.get('label', '?')}"
 
@@ -94,19 +104,19 @@ def markdown(outcome: Any) -> str:
              f"Artifact store: `{outcome.artifacts}`", ""]
     names = consumers(outcome.entries)
     for workload, by_format in matrix(outcome.entries).items():
-        lines += [f"## {workload}", "", "| format | saved by | " + " | ".join(names) + " |",
-                  "|---|---|" + "---|" * len(names)]
+        lines += [f"## {workload}", "", "| format | saved by | saved | " + " | ".join(names) + " |",
+                  "|---|---|---|" + "---|" * len(names)]
         for fmt, by_producer in by_format.items():
             unsafe = any(e.unsafe for row in by_producer.values() for e in row.values())
             shown = f"{fmt} ({UNSAFE_NOTE})" if unsafe else fmt
             for producer, row in by_producer.items():
                 cells = [(f"**{row[c].outcome}**" if row[c].gating else row[c].outcome) if c in row else "" for c in names]
-                lines.append(f"| {_md(shown)} | {_md(producer)} | " + " | ".join(cells) + " |")
+                lines.append(f"| {_md(shown)} | {_md(producer)} | {_saved(row)} | " + " | ".join(cells) + " |")
         lines.append("")
     problems = _problems(outcome)
     if problems:
         lines += ["## Problems", ""]
-        lines += [f"- {_md(_where(e))}: **{e.outcome}**" + (f": {_md(e.error)}" if e.error else "") for e in problems]
+        lines += [f"- {_md(_where(e))}: **{e.outcome}**: {_md(e.reason)}" for e in problems]
         lines.append("")
     unsafe = unsafe_formats(outcome.entries)
     if unsafe:
@@ -132,6 +142,7 @@ def render(outcome: Any, out: Console) -> None:
         table = Table(title=escape(workload), title_justify="left", show_lines=False)
         table.add_column("format")
         table.add_column("saved by")
+        table.add_column("saved")
         for name in names:
             table.add_column(escape(name))
         for fmt, by_producer in by_format.items():
@@ -140,11 +151,12 @@ def render(outcome: Any, out: Console) -> None:
             for producer, row in by_producer.items():
                 cells = [f"[{OUTCOME_STYLE.get(row[c].outcome, '')}]{row[c].outcome}[/]" if c in row else ""
                          for c in names]
-                table.add_row(shown, escape(producer), *cells)
+                saved = _saved(row)
+                table.add_row(shown, escape(producer), f"[{SAVE_STYLE.get(saved, '')}]{escape(saved)}[/]", *cells)
         out.print(table)
     for e in _problems(outcome):
         style = OUTCOME_STYLE.get(e.outcome, "")
-        out.print(f"[{style}]{e.outcome}[/] {escape(_where(e))}" + (f": {escape(e.error)}" if e.error else ""))
+        out.print(f"[{style}]{e.outcome}[/] {escape(_where(e))}: {escape(e.reason)}")
     unsafe = unsafe_formats(outcome.entries)
     if unsafe:
         out.print(f"[yellow]formats that can execute code on load:[/] {escape(', '.join(unsafe))} - load them only "
