@@ -55,6 +55,8 @@ class Interrupted(Exception):
         super().__init__(f"{how}; run {run_id} stored as interrupted" if run_id else how)
         self.run_id = run_id
         self.outcome = outcome
+        #: set by `compare`: what each side finished (CompareOutcome, marked interrupted)
+        self.compare: CompareOutcome | None = None
 
 
 @dataclass
@@ -641,6 +643,9 @@ class CompareOutcome:
     a: RunOutcome
     b: RunOutcome
     comparisons: list[Comparison]
+    #: True when the compare was cancelled: `a` and `b` hold what each side finished (`b` is None when the
+    #: cancel came while A ran), and B's results are not judged
+    interrupted: bool = False
 
     @property
     def regressed(self) -> bool:
@@ -650,7 +655,7 @@ class CompareOutcome:
     @property
     def alarms(self) -> Any:
         """What the alarm step did with B's verdicts (alarms.hooks.AlarmReport), None when B measured nothing new."""
-        return self.b.alarms
+        return self.b.alarms if self.b is not None else None
 
 
 def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pattern: str | None = None, *,
@@ -666,11 +671,42 @@ def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pa
     from modelci.report.console import Progress
 
     progress = progress or Progress()
+    sides: list[RunOutcome] = []
+    try:
+        return _compare(config, spec_a, spec_b, suite_specs, pattern, sides, rerun=rerun, progress=progress,
+                        command=command, confirm=confirm, alarms=alarms)
+    except Interrupted as exc:
+        exc.compare = _interrupted_compare(sides, exc.outcome)
+        raise
+    except KeyboardInterrupt:  # between the runs (the checks, storing the findings): both sides are stored
+        stopped = Interrupted(None)
+        stopped.compare = _interrupted_compare(sides, None)
+        raise stopped from None
+
+
+def _interrupted_compare(sides: list[RunOutcome], cut: RunOutcome | None) -> CompareOutcome | None:
+    """What a cancelled compare finished: the sides done, plus the side cut short (`cut`, what it finished) while
+    A or B ran; B's results unjudged. None when A had not run any workload yet (nothing to report)."""
+    if len(sides) < 2 and cut is not None:
+        sides = [*sides, cut]  # a cut confirmation run is neither side: its sides are whole
+    if not sides:
+        return None
+    b = sides[1] if len(sides) > 1 else None
+    comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in (b.results if b is not None else [])]
+    return CompareOutcome(a=sides[0], b=b, comparisons=comparisons, interrupted=True)
+
+
+def _compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pattern: str | None,
+             sides: list[RunOutcome], *, rerun: bool, progress: Any, command: str, confirm: bool,
+             alarms: bool) -> CompareOutcome:
+    """`compare`, keeping each side in `sides` as soon as it has run (for a cancelled compare's reports)."""
     side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command,
                  alarms=False, judge=False)
+    sides.append(side_a)
     store = _open_store(config)  # one history for B, the judging and the confirmation runs
     side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command,
                  alarms=False, judge=False, store=store)
+    sides.append(side_b)
     baselines = {r.workload: r for r in side_a.results}
     rule = f"the compare's reference A = {side_a.target.label}"
     comparisons = evaluate(config, store, side_b.target, side_b.results, baselines=baselines, store_for=set(),

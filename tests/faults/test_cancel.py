@@ -71,3 +71,73 @@ while True:
     assert proc.returncode == 143, err
     assert not (project.root / "report.json").exists()
     project.assert_clean(type("Done", (), {"stdout": out, "stderr": err}))
+
+
+#: ok on its first run (compare's side A), then tells the probe and spins forever (side B)
+HANG_ON_B = '''
+class HangOnB(modelci.Workload):
+    framework = "python"
+
+    def setup(self, ctx):
+        import os, pathlib
+        first = pathlib.Path(os.environ["PROBE_DIR"], "ran-once")
+        if first.exists():
+            pathlib.Path(os.environ["PROBE_DIR"], "hanging").write_text(str(os.getpid()))
+            while True:
+                pass
+        first.write_text("A")
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+    def infer(self, ctx):
+        return {"y": [0.0]}
+'''
+
+
+def _cancel_compare(project, signum: int):
+    """`compare current current --rerun` with every report file (older ones in place), cancelled by `signum` once
+    a workload hangs; returns (the finished process's output, the JSON report)."""
+    for name in ("report.json", "junit.xml", "summary.md"):  # what an earlier compare left
+        (project.root / name).write_text("an older report")
+    proc = project.start("compare", "current", "current", "--rerun", "--suite", "suite", "--json", "report.json",
+                         "--junit", "junit.xml", "--markdown", "summary.md")
+    wait_for(lambda: project.marker("hanging").exists() or proc.poll() is not None, 120, "the hanging workload")
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    done = type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode})
+    assert proc.returncode == 128 + signum, err
+    assert f"interrupted by {signal.Signals(signum).name}" in err
+    return done, project.report()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_compare_cancelled_while_b_runs_reports_what_finished(project, signum):
+    project.workloads(QUICK + HANG_ON_B)
+    done, report = _cancel_compare(project, signum)
+    runs = project.stored("SELECT id, status FROM runs ORDER BY id")
+    assert [status for _, status in runs] == ["complete", "interrupted"]  # A whole, B cut short
+    assert report["kind"] == "compare" and report["interrupted"] is True and report["regressed"] is False
+    assert report["baseline_run"]["id"] == runs[0][0] and report["run"]["id"] == runs[1][0]
+    assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok"}
+    assert all(r["findings"] == [] for r in report["results"])  # B's results are not judged
+    junit = ET.parse(project.root / "junit.xml").getroot()
+    assert [c.get("classname") for c in junit.iter("testcase")] == ["suite.Quick"]
+    assert {p.get("name"): p.get("value") for p in junit.iter("property")}["interrupted"] == "true"
+    summary = (project.root / "summary.md").read_text()
+    assert "interrupted" in summary and "suite/Quick" in summary
+    project.assert_clean(done)
+
+
+def test_a_compare_cancelled_while_a_runs_says_b_did_not_run(project):
+    project.workloads(QUICK + HANG)
+    done, report = _cancel_compare(project, signal.SIGTERM)
+    runs = project.stored("SELECT id, status FROM runs")
+    assert [status for _, status in runs] == ["interrupted"]
+    assert report["interrupted"] is True and report["run"] is None and report["results"] == []
+    assert report["baseline_run"]["id"] == runs[0][0]
+    junit = ET.parse(project.root / "junit.xml").getroot()
+    assert {p.get("name"): p.get("value") for p in junit.iter("property")}["interrupted"] == "true"
+    assert "B did not run" in (project.root / "summary.md").read_text()
+    project.assert_clean(done)

@@ -21,13 +21,13 @@ def add_parser(sub) -> None:
 
 
 def main(args, cfg) -> int:
-    """Compare, print one table, write the JSON report; exit 1 when B regresses against A."""
+    """Compare, print one table, write the JSON report; exit 1 when B regresses against A. A cancelled compare
+    writes its report files for what finished, marked interrupted, as `run` does."""
     from modelci.envs import pipconfig
 
     pipconfig.prefetch()  # pip answers while the imports below run
-    from modelci import workflow
+    from modelci import cancel, workflow
     from modelci.report import console as views
-    from modelci.report import json_report
 
     from modelci.commands.run import prepare_report_files
 
@@ -38,11 +38,23 @@ def main(args, cfg) -> int:
                                    confirm=args.confirm)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
+        if exc.compare is not None:  # the report files say what finished, marked interrupted
+            with cancel.deferred():
+                _write_report_files(args, exc.compare)
         return EXIT_INTERRUPTED
     views.render_compare(outcome, views.console())
     from modelci.alarms import views as alarm_views
 
     alarm_views.render_alarm_report(outcome.alarms, views.console())  # what the alarm step did with B's verdicts
+    with cancel.deferred():
+        _write_report_files(args, outcome)
+    return EXIT_REGRESSION if outcome.regressed else EXIT_OK
+
+
+def _write_report_files(args, outcome) -> None:
+    """The --json, --junit and --markdown files of a compare (whole, or cancelled: `outcome.interrupted`)."""
+    from modelci.report import json_report
+
     if args.json_path:
         json_report.write(args.json_path, json_report.compare_report(outcome))
     if args.junit:
@@ -53,4 +65,3 @@ def main(args, cfg) -> int:
         from modelci.report import markdown
 
         markdown.write(args.markdown, markdown.compare_summary(outcome))
-    return EXIT_REGRESSION if outcome.regressed else EXIT_OK

@@ -82,13 +82,19 @@ def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
 
 
 def compare_report(outcome: Any) -> dict[str, Any]:
-    """The report of `modelci compare A B`: `run` is B, `baseline_run` is A."""
+    """The report of `modelci compare A B`: `run` is B, `baseline_run` is A. A cancelled compare has
+    `interrupted` true, B's finished results unjudged, and `run` null when it was cancelled while A ran."""
     from modelci.envs.diff import between  # what changed besides the target
 
-    env_diff = between(outcome.a.environment, outcome.b.environment).to_json()
-    env_diff["targets"] = sorted({outcome.a.target.name, outcome.b.target.name})
-    return {"schema": SCHEMA, "kind": "compare", "regressed": outcome.regressed, "run": run_section(outcome.b),
-            "baseline_run": run_section(outcome.a), "results": result_entries(outcome.comparisons),
+    a, b = outcome.a, outcome.b
+    env_diff = None
+    if a is not None and b is not None:
+        env_diff = between(a.environment, b.environment).to_json()
+        env_diff["targets"] = sorted({a.target.name, b.target.name})
+    return {"schema": SCHEMA, "kind": "compare", "regressed": outcome.regressed,
+            "interrupted": bool(getattr(outcome, "interrupted", False)),
+            "run": run_section(b) if b is not None else None,
+            "baseline_run": run_section(a) if a is not None else None, "results": result_entries(outcome.comparisons),
             "alarms": alarm_entries(outcome.alarms), "environment_diff": env_diff}
 
 

@@ -97,10 +97,16 @@ def run_xml(outcome: Any) -> ET.Element:
 
 
 def compare_xml(outcome: Any) -> ET.Element:
-    """The JUnit XML of `modelci compare A B` (B's results judged against A's)."""
-    properties = {"a": outcome.a.target.label, "b": outcome.b.target.label, "a_run_id": outcome.a.run_id,
-                  "b_run_id": outcome.b.run_id, "runner": outcome.b.runner}
-    name = f"modelci compare {outcome.a.target.label} -> {outcome.b.target.label}"
+    """The JUnit XML of `modelci compare A B` (B's results judged against A's); a cancelled compare says so in
+    its name and an `interrupted` property, with B's finished results (none when it was cancelled while A ran)."""
+    a, b = outcome.a, outcome.b
+    properties = {"a": a.target.label, "b": b.target.label if b is not None else "", "a_run_id": a.run_id,
+                  "b_run_id": b.run_id if b is not None else None, "runner": (b or a).runner}
+    name = f"modelci compare {a.target.label} -> {b.target.label if b is not None else 'B'}"
+    if getattr(outcome, "interrupted", False):
+        properties["interrupted"] = "true"
+        name += (" (interrupted: only the workloads that finished, not compared)" if b is not None
+                 else " (interrupted while A ran: B did not run)")
     return suite_xml(name, outcome.comparisons, properties)
 
 

@@ -138,11 +138,15 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
 def compare_summary(outcome: Any) -> str:
     """The summary of `modelci compare A B`: B judged against A."""
     verdict = "❌ B regresses against A" if outcome.regressed else "✅ no regression of B against A"
+    a, b = outcome.a, outcome.b
+    if getattr(outcome, "interrupted", False):
+        verdict = ("⚠️ interrupted: only the workloads that finished, not compared" if b is not None
+                   else "⚠️ interrupted while A ran: B did not run")
+    side_b = f"`{cell(b.target.label)}` (run {b.run_id})" if b is not None else "not run"
     lines = [
         f"## modelci compare: {verdict}",
         "",
-        f"A = `{cell(outcome.a.target.label)}` (run {outcome.a.run_id}) · B = `{cell(outcome.b.target.label)}` "
-        f"(run {outcome.b.run_id}) · runner `{cell(outcome.b.runner)}`",
+        f"A = `{cell(a.target.label)}` (run {a.run_id}) · B = {side_b} · runner `{cell((b or a).runner)}`",
         "",
         *comparisons_table(outcome.comparisons),
         *_alarm_section(outcome, None),  # what the alarm step did with these verdicts, and nothing else
