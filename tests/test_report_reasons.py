@@ -63,3 +63,31 @@ def test_every_report_shows_the_same_reason(tmp_path):
     a, b, _ = _compare_cells(found[3])
     assert a.startswith("0.5") and b.startswith("0.97")  # a scalar output shows its two values
     assert _compare_cells(found[1])[0] == "float32[8]"
+
+
+def test_the_compare_table_says_why_for_the_findings_that_are_not_ok_only():
+    """On a CI log the table's `why` of every ok finding (hundreds of outputs and timings in a zoo) buried the
+    few that matter: the console shows the reasons of findings that are not ok, or that a second pass did not
+    confirm, and says where the others are; JSON and Markdown keep every one."""
+    from types import SimpleNamespace
+
+    from modelci.checks import Finding
+    from modelci.report.console import render_compare
+
+    timing, logits, probs, score = findings()
+    unconfirmed = Finding("timing", "time.train", "ok", {"reason": "not confirmed by a second run of both, so not "
+                                                                  "counted", "confirmation": {"confirmed": False}})
+    comparison = Comparison(Result(workload="suite/Model", status="ok"), Result(workload="suite/Model", status="ok"),
+                            [timing, logits, probs, score, unconfirmed])
+    env = SimpleNamespace(id="e1", lock="numpy==2.0.0\n", fingerprint={})
+    side = SimpleNamespace(target=SimpleNamespace(label="fw==1.0", name="fw"), environment=env)
+    outcome = SimpleNamespace(a=side, b=side, comparisons=[comparison])
+    out = Console(record=True, width=400)
+    render_compare(outcome, out)
+    text = out.export_text()
+    assert score.reason in text and unconfirmed.reason in text
+    for ok in (timing, logits, probs):
+        assert ok.reason not in text
+    assert "the reasons of the 3 ok finding(s) are in the --json and --markdown reports" in text
+    table = "\n".join(markdown.comparisons_table([comparison]))
+    assert all(markdown.cell(f.reason) in table for f in comparison.findings)

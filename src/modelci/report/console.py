@@ -206,19 +206,32 @@ def render_compare(outcome: Any, out: Console) -> None:
     table = Table(show_edge=False, pad_edge=False)
     for column in ("workload", "check", "metric", "A", "B", "ratio / error", "verdict", "why"):
         table.add_column(column)
+    hidden = 0
     for comparison in outcome.comparisons:
         for finding in comparison.findings:
             a, b, stat = _compare_cells(finding)
             gate = "" if finding.gating else " (report only)"
+            why = finding.reason if explains(finding) else ""
+            hidden += bool(finding.reason) and not why
             table.add_row(escape(comparison.result.workload), finding.check, escape(finding.metric), a, b, stat,
-                          f"[{VERDICT_STYLE.get(finding.verdict, '')}]{finding.verdict}[/]{gate}",
-                          escape(finding.reason))
+                          f"[{VERDICT_STYLE.get(finding.verdict, '')}]{finding.verdict}[/]{gate}", escape(why))
     out.print(table)
+    if hidden:
+        out.print(f"[dim]why: shown for the findings that are not ok; the reasons of the {hidden} ok finding(s) are in "
+                  "the --json and --markdown reports[/]")
     render_problems(outcome.comparisons, out)
     from modelci.envs.diff import between  # what changed besides the target
 
     render_env_diff(between(outcome.a.environment, outcome.b.environment), out,
                     targets={outcome.a.target.name, outcome.b.target.name})
+
+
+def explains(finding: Any) -> bool:
+    """Whether the console's table shows a finding's reason: one that is not ok, or one that was flagged and
+    then not confirmed by a second pass (its reason says why it does not count). An ok finding's reason is the
+    rule it passed, as long as a passing rule's numbers: printed for each of a suite's hundreds of outputs and
+    timings, it buried the few that matter in a CI log. JSON and Markdown keep every reason."""
+    return finding.verdict != "ok" or bool((finding.numbers or {}).get("confirmation"))
 
 
 def render_env_diff(diff: Any, out: Console, targets: set[str] = frozenset()) -> None:
