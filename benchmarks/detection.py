@@ -431,9 +431,10 @@ def f1_score(annotated: list[int], found: list[int], margin: int = MARGIN) -> fl
     return 2 * precision * recall / (precision + recall) if hits else 0.0
 
 
-def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int]]) -> tuple[str, dict[str, float]]:
-    """detect_changes (and reporting nothing) on one real-looking series."""
-    kind, seed, constants = job
+def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int], bool]) -> tuple[str, dict[str, float]]:
+    """detect_changes (and reporting nothing) on one real-looking series, and (``online``) detect_latest after
+    each of its points."""
+    kind, seed, constants, online = job
     for name, value in constants.items():
         setattr(history, name, value)
     rng = np.random.default_rng(seed)
@@ -443,54 +444,102 @@ def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int]
     elapsed = time.perf_counter() - started
     located = sum(any(abs(f - c) <= MARGIN for f in found) for c in changes)
     false = sum(not any(abs(f - c) <= MARGIN for c in changes) for f in found)
-    return kind, {"f1": f1_score(changes, found), "f1_none": f1_score(changes, []), "found": len(found),
-                  "false": false, "changes": len(changes), "located": located, "seconds": elapsed}
+    row = {"f1": f1_score(changes, found), "f1_none": f1_score(changes, []), "found": len(found),
+           "false": false, "changes": len(changes), "located": located, "seconds": elapsed}
+    if online:
+        alarms = online_alarms(values)
+        row["online"] = len(alarms)
+        row["online_false"] = sum(not any(c <= t <= c + FOUND_WITHIN for c in changes) for t, _ in alarms)
+        row["online_found"] = sum(any(c <= t <= c + FOUND_WITHIN for t, _ in alarms) for c in changes)
+    return kind, row
 
 
-def short_steps(series: int, seed: int) -> str:
-    """A 3-sigma step in a 20-point series (at points 5-15, either way) and flat 20-point series."""
+def online_alarms(values: np.ndarray) -> list[tuple[int, int]]:
+    """(point, change index) of each alarm ``detect_latest`` raises both ways after each point of a series, an
+    alarm about the index of the one before it counted once (alarms persist until resolved)."""
+    alarms: list[tuple[int, int]] = []
+    for t in range(len(values)):
+        change = history.detect_latest(values[: t + 1], window=WINDOW, worse="both")
+        if change is not None and (not alarms or change.index != alarms[-1][1]):
+            alarms.append((t, change.index))
+    return alarms
+
+
+def short_steps(series: int, seed: int, online: bool = True) -> str:
+    """A 3-sigma step in a 20-point series (at points 5-15, either way) and flat 20-point series, offline; online,
+    the same step found within 5 points, and the alarms on flat and AR(1) series of 26 points (the short-history
+    test runs until 20 points precede the tail)."""
     rng = np.random.default_rng(seed)
-    found = false = 0
+    found = false = online_found = online_flat = online_ar1 = 0
     for _ in range(series):
         values = 100 + rng.standard_normal(20)
         at = int(rng.integers(5, 16))
         values[at:] += 3 * rng.choice([-1.0, 1.0])
         found += any(abs(c.index - at) <= LOCATED_WITHIN for c in history.detect_changes(values))
         false += bool(history.detect_changes(100 + rng.standard_normal(20)))
-    return (f"A 3-sigma step in a 20-point series (at points 5-15, either way; {series} series): found within "
+        flat, autocorrelated = 100 + rng.standard_normal(26), 100 + _noise("ar1", 26, rng)
+        if online:
+            online_found += any(at <= t <= at + FOUND_WITHIN and abs(index - at) <= LOCATED_WITHIN
+                                for t, index in online_alarms(values))
+            online_flat += len(online_alarms(flat))
+            online_ar1 += len(online_alarms(autocorrelated))
+    text = (f"A 3-sigma step in a 20-point series (at points 5-15, either way; {series} series): found within "
             f"±{LOCATED_WITHIN} points in {100 * found / series:.0f}%; flat 20-point series with a change point: "
             f"{100 * false / series:.1f}%.")
+    if not online:
+        return text
+    return text + (f" Online (`detect_latest` both ways after each point, from "
+            f"{history.MIN_POINTS_ONLINE} points): the step found within {FOUND_WITHIN} points of it, at its index "
+            f"±{LOCATED_WITHIN}, in {100 * online_found / series:.0f}%; alarms per series over the first 26 points "
+            f"of flat series {online_flat / series:.3f} ({1000 * online_flat / (series * 26):.2f} per 1,000 points), "
+            f"of AR(1) series (φ = 0.5) {online_ar1 / series:.3f} ({1000 * online_ar1 / (series * 26):.2f}).")
 
 
-def run_real(series: int, workers: int, constants: dict[str, float | int], seed: int) -> str:
+def run_real(series: int, workers: int, constants: dict[str, float | int], seed: int, online: bool = True) -> str:
     """The --real table: per kind, the mean F1 of detect_changes and of reporting nothing, the change points per
     series (false ones: farther than MARGIN from every annotated change), the annotated changes located."""
     seeds = np.random.SeedSequence(seed).spawn(len(REAL_KINDS) * series)
-    jobs = [(kind, seeds[k * series + i], constants) for k, kind in enumerate(REAL_KINDS) for i in range(series)]
+    jobs = [(kind, seeds[k * series + i], constants, online) for k, kind in enumerate(REAL_KINDS)
+            for i in range(series)]
     rows: dict[str, list[dict[str, float]]] = {kind: [] for kind in REAL_KINDS}
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for kind, row in pool.map(evaluate_real, jobs, chunksize=4):
             rows[kind].append(row)
     lines = [
         "| series | F1 | F1 reporting nothing | change points per series | false ones per series "
-        "| annotated changes located ±5 pts |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| annotated changes located ±5 pts | online: alarms per series | false ones per series "
+        "| annotated changes found ≤5 pts |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for kind in REAL_KINDS:
-        r = rows[kind]
+
+    def row(name: str, r: list[dict[str, float]], bold: bool = False) -> str:
         changes = sum(x["changes"] for x in r)
         located = f"{100 * sum(x['located'] for x in r) / changes:.0f}%" if changes else "–"
-        lines.append(f"| {kind} | {np.mean([x['f1'] for x in r]):.3f} | {np.mean([x['f1_none'] for x in r]):.3f} | "
-                     f"{np.mean([x['found'] for x in r]):.2f} | {np.mean([x['false'] for x in r]):.2f} | {located} |")
+        f1 = f"{np.mean([x['f1'] for x in r]):.3f}"
+        cells = [f"**{name}**" if bold else name, f"**{f1}**" if bold else f1,
+                 f"{np.mean([x['f1_none'] for x in r]):.3f}", f"{np.mean([x['found'] for x in r]):.2f}",
+                 f"{np.mean([x['false'] for x in r]):.2f}", located]
+        if online:
+            found = f"{100 * sum(x['online_found'] for x in r) / changes:.0f}%" if changes else "–"
+            cells += [f"{np.mean([x['online'] for x in r]):.2f}", f"{np.mean([x['online_false'] for x in r]):.2f}",
+                      found]
+        else:
+            cells += ["–", "–", "–"]
+        return "| " + " | ".join(cells) + " |"
+
+    lines += [row(kind, rows[kind]) for kind in REAL_KINDS]
     every = [x for kind in REAL_KINDS for x in rows[kind]]
-    lines.append(f"| **all** | **{np.mean([x['f1'] for x in every]):.3f}** | {np.mean([x['f1_none'] for x in every]):.3f} "
-                 f"| {np.mean([x['found'] for x in every]):.2f} | {np.mean([x['false'] for x in every]):.2f} | "
-                 f"{100 * sum(x['located'] for x in every) / sum(x['changes'] for x in every):.0f}% |")
+    lines.append(row("all", every, bold=True))
     trends = [x["false"] for kind in PURE_TRENDS for x in rows[kind]]
     seconds = sorted(x["seconds"] for x in every)
     lines += ["", f"False change points on a pure trend ({', '.join(PURE_TRENDS)}): {np.mean(trends):.2f} per series, "
               f"at most {max(trends)}; median time per series {1e3 * seconds[len(seconds) // 2]:.0f} ms, slowest "
-              f"{1e3 * seconds[-1]:.0f} ms.", "", short_steps(10 * series, seed)]
+              f"{1e3 * seconds[-1]:.0f} ms."]
+    if online:
+        alarms = [x["online_false"] for kind in PURE_TRENDS for x in rows[kind]]
+        lines[-1] += (f" Online, false alarms on a pure trend: {np.mean(alarms):.2f} per series, at most "
+                      f"{max(alarms)}.")
+    lines += ["", short_steps(10 * series, seed, online)]
     return "\n".join(lines)
 
 
@@ -508,7 +557,7 @@ def write_doc(text: str, block: str) -> None:
 TUNABLE = (
     "LATEST_PENALTY", "SHORT_TAIL", "BOTH_WAYS", "PHI_PENALTY", "SEGMENT_PENALTY", "LOOKBACK", "RELOCATE",
     "LATEST_SD_PADDING", "PENALTY_OFFSET", "SD_PADDING", "PHI_PADDING", "SLOPE_PENALTY", "DEGREE_PENALTY",
-    "MIN_PENALTY", "SHORT_SD_PADDING",
+    "MIN_PENALTY", "SHORT_SD_PADDING", "SHORT_PENALTY", "MIN_POINTS_ONLINE", "TREND_MIN_POINTS",
 )
 #: the constants detect_changes uses (the --real header names them)
 REAL_CONSTANTS = ("PENALTY_OFFSET", "SD_PADDING", "PHI_PADDING", "SLOPE_PENALTY", "DEGREE_PENALTY", "MIN_PENALTY",
@@ -540,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the known-noise bound's z**2 threshold at 6 points (10: about the check's false alarms)")
     parser.add_argument("--real", action="store_true",
                         help="score detect_changes on real-looking annotated series (F1) instead; writes its own block")
+    parser.add_argument("--offline-only", action="store_true",
+                        help="with --real: score detect_changes only, not detect_latest after each point")
     parser.add_argument("--constant", type=constant, action="append", default=[], metavar="NAME=VALUE",
                         help=f"set a constant of the history check, to calibrate it ({', '.join(TUNABLE)})")
     args = parser.parse_args(argv)
@@ -552,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         series = args.series or (10 if args.quick else 40)
         load = os.getloadavg()[0]
         started = time.perf_counter()
-        table_text = run_real(series, args.workers, constants, args.seed)
+        table_text = run_real(series, args.workers, constants, args.seed, online=not args.offline_only)
         command = "python benchmarks/detection.py " + " ".join(sys.argv[1:] if argv is None else argv)
         text = (f"Measured {datetime.date.today().isoformat()} on {platform.machine()} {platform.system()} "
                 f"({os.cpu_count()} cores, load average {load:.1f} at the start), {args.workers} worker processes: "

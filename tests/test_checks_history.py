@@ -316,8 +316,107 @@ def test_a_change_keeps_the_index_it_was_first_reported_at():
     values[60:] *= 1.06
     settings = history._Latest(None, None, 3, 6, 60, "up")
     # its best start moves from 61 to 60 with the next point ...
-    assert history._tail_candidate(values[:64], settings)[2] == 61
-    assert history._tail_candidate(values[:65], settings)[2] == 60
+    assert history._tail_candidate(values[:64], settings).cut == 61
+    assert history._tail_candidate(values[:65], settings).cut == 60
     # ... but it is the same change, so it keeps the index it was first reported at
     assert detect_latest(values[:64], worse="up").index == 61
     assert detect_latest(values[:65], worse="up").index == 61
+
+
+def test_shift_fit_on_a_trend_is_generalised_least_squares_under_ar1_noise():
+    from modelci.checks import history
+
+    rng = np.random.default_rng(14)
+    segment = 0.05 * np.arange(30) + rng.standard_normal(30)
+    tails = np.arange(3, 9)
+    for phi in (0.0, 0.5):
+        noise = Noise(0.8, phi)
+        z, beta = history._shift_fit(segment, tails, noise, trend=True)
+        for j, k in enumerate(tails):
+            t = (np.arange(30) - 14.5) / 30
+            design = np.column_stack([np.ones(30), t, np.arange(30) >= 30 - k]).astype(float)
+            white_x = np.vstack([np.sqrt(1 - phi**2) * design[0], design[1:] - phi * design[:-1]])
+            white_y = np.concatenate([[np.sqrt(1 - phi**2) * segment[0]], segment[1:] - phi * segment[:-1]])
+            coefficients = np.linalg.lstsq(white_x, white_y, rcond=None)[0]
+            variance = np.linalg.inv(white_x.T @ white_x)[2, 2] * 0.8**2 * (1 - phi**2)
+            assert beta[j] == pytest.approx(coefficients)
+            assert z[j] == pytest.approx(coefficients[2] / np.sqrt(variance))
+
+
+def test_the_exact_partition_of_short_series_is_pelts():
+    from modelci.checks import history
+
+    rng = np.random.default_rng(15)
+    values = np.concatenate([np.linspace(0, 3, 40), 5 + np.zeros(30), np.linspace(5, 0, 50)]) + 0.3 * rng.standard_normal(120)
+    small = history._segment_trends(values, 12.0, 6.0, 3)
+    history_small, history.SMALL_PARTITION = history.SMALL_PARTITION, 0
+    try:
+        assert history._segment_trends(values, 12.0, 6.0, 3) == small
+    finally:
+        history.SMALL_PARTITION = history_small
+    assert len(small) >= 3
+
+
+def test_a_step_in_a_short_history_is_found_online_within_a_few_points():
+    # the long-history test needs 20 points before its tail; the short one judges each shift against the
+    # residuals of its own fit, so the step does not inflate the noise. A 10% step at 1% noise after 5 points:
+    # with the noise given it is found with its 4th point (3 points beyond 4 sd wait a run: they may be spikes),
+    # estimated with its 5th (a t test on 10 points)
+    values = noisy(14, seed=30, cv=0.01)
+    values[5:] *= 1.10
+    assert detect_latest(values[:8], worse="up", noise_cv=0.01) is None
+    given = detect_latest(values[:9], LABELS[:9], worse="up", noise_cv=0.01)
+    assert given is not None and given.index == 5 and given.label == LABELS[5]
+    assert "a short history: sd given" in given.rule
+    assert detect_latest(values[:9], worse="up") is None
+    change = detect_latest(values[:10], worse="up")
+    assert change is not None and change.index == 5 and 0.08 < change.magnitude < 0.12
+    assert "t test on the residuals of this fit over 10 points" in change.rule
+    assert detect_latest(values[:7], worse="up", noise_cv=0.01) is None  # below 8 points nothing is tested
+
+
+def test_a_four_sigma_step_in_twenty_points_is_found_online_within_five_points():
+    found = 0
+    for seed in range(40):
+        values = noisy(20, seed=500 + seed, cv=0.01)
+        values[14:] += 0.04
+        found += any(
+            (change := detect_latest(values[: t + 1], worse="up")) is not None and abs(change.index - 14) <= 1
+            for t in range(14, 20)
+        )
+    assert found >= 30  # 75%
+
+
+@pytest.mark.parametrize("series, most", [(noisy, 1), (ar1, 3)])
+def test_short_a_a_histories_raise_almost_no_alarm_online(series, most):
+    # 60 histories (1,560 points) checked both ways after each of their first 26 points, AR(1) ones with
+    # phi = 0.5 that the short test cannot estimate. On these seeds the long-history threshold (z**2 9) gives 3
+    # and 31 alarms, 14 gives 0 and 11, SHORT_PENALTY (20) 0 and 3
+    alarms = sum(len(online_alarms(series(26, seed=600 + seed), worse="both")) for seed in range(60))
+    assert alarms <= most
+
+
+@pytest.mark.parametrize("slope", [0.3, 1.0])
+def test_a_drift_is_no_alarm_online_but_a_step_on_it_is(slope):
+    # a metric that drifts by 0.3 or 1 noise sd a run: with flat segments only the online check cut it into a
+    # staircase and alarmed 2-3 and 16-20 times per series of 120 points on these seeds; now it is one trend
+    def drifting(seed: int) -> np.ndarray:
+        return 10 + slope * np.arange(120) + np.random.default_rng(700 + seed).standard_normal(120)
+
+    assert sum(len(online_alarms(drifting(seed), worse="up")) for seed in range(4)) <= 1
+    if slope > 0.5:
+        return  # after a step on a steep drift the new segment alarms again until it is long enough to be a trend
+    found = []
+    for seed in range(4):
+        stepped = drifting(seed)
+        stepped[90:] += 5.0  # a step of 5 sd on top of the drift
+        found.append(online_alarms(stepped, worse="up"))
+    assert sum(any(abs(index - 90) <= 1 for index in alarms) for alarms in found) >= 3
+    assert sum(len(alarms) for alarms in found) <= 5
+    stepped = drifting(0)
+    stepped[90:] += 5.0
+    change = next(c for t in range(93, 97) if (c := detect_latest(stepped[: t + 1], worse="up")) is not None)
+    assert "against the trend of" in change.rule
+    # its levels are the trend's at the change and that plus the step, not the mean of the drift before it
+    assert change.before_mean == pytest.approx(10 + slope * 90, abs=1.5)
+    assert change.after_mean - change.before_mean == pytest.approx(5.0, abs=2.0)

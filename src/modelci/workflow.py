@@ -403,7 +403,7 @@ def _preload_checks(config: Config, store: Store, alarms: bool) -> threading.Thr
     targets = store.targets_run(config.runner)
     if not targets:
         return None  # a first run has no baseline: nothing to compare, nothing to import
-    segments = alarms and config.alarms.get("changes", True) and targets + 1 >= history.MIN_POINTS_FOR_ESTIMATE
+    segments = alarms and config.alarms.get("changes", True) and targets + 1 >= history.MIN_POINTS_ONLINE
     thread = threading.Thread(target=_preload, args=(segments,), name="modelci-preload", daemon=True)
     thread.start()
     return thread

@@ -24,7 +24,7 @@ def preload(segments: bool = False) -> None:
     history check) and, with `segments`, ruptures and scipy.ndimage (the history check's segmentation).
 
     Together they take 0.6-1.0 s to import. A run calls this in a thread while its worker imports the framework,
-    when its history says the checks will need them (a baseline; 20 targets for the segmentation), so that the
+    when its history says the checks will need them (a baseline; 8 targets for the segmentation), so that the
     checks and alarm steps do not pay for them after the workloads.
     """
     import scipy.stats  # noqa: F401

@@ -8,12 +8,14 @@ autocorrelation. A drift is then one trend segment, not a staircase; every chang
 than one smooth curve (a quadratic or cubic) over its two segments, against the noise or the misfit there,
 whichever is larger, so that a smooth curve with next to no noise is not cut either.
 
-The check after each run (``detect_latest``) uses that segmentation to find where the current level began, then
-tests whether the last few points start a new one, in the direction that is a regression: a one-sided z by
-least squares under AR(1) noise, against a threshold set from the same noise. The method and the figures that
-set its constants are in docs/detection.md (made by benchmarks/detection.py). The online check segments with
-ruptures' PELT on the l2 cost (``KernelCPD`` with the linear kernel, in C): its window is short, and its
-constants were calibrated with it.
+The check after each run (``detect_latest``) uses the same kind of segmentation (flat or straight segments) over
+its window to find where the current level began, then tests whether the last few points start a new one, in
+the direction that is a regression: a one-sided z by least squares under AR(1) noise, on a flat level or on the
+trend before the tail (a drift that goes on is no change; a step on top of it is), against a threshold set from
+the same noise. With 20 points before the tail the noise comes from those points; on a shorter history (from 8
+points) from the residuals about the history's own segments, where a step is a segment and not noise, with a
+threshold that covers the autocorrelation it cannot estimate. The method and the figures that set its constants
+are in docs/detection.md (made by benchmarks/detection.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # ruptures and scipy are imported where they are used: together they take over a second to import, and the
-# check after every run needs neither until a series has MIN_POINTS_FOR_ESTIMATE points before its tail
+# check after every run needs ruptures only once a series has MIN_POINTS_FOR_ESTIMATE points before its tail
 
 #: detect_changes: penalty = sd**2 * long-run AR(1) variance factor * (2 ln n + PENALTY_OFFSET) per segment. The
 #: 2 ln n term keeps the false change points per series flat as the series grows (BIC-like)
@@ -58,8 +60,9 @@ BOTH_WAYS = 2.5
 #: crosses the threshold at more starting points, and phi and the sd are looser estimates there (with phi = 0.5
 #: and the noise known, the same threshold gives 1.2-1.7 times the false alarms of iid noise)
 PHI_PENALTY = 6.0
-#: detect_latest: PELT finds the older change points of the window with penalty sd**2 * long-run AR(1) variance
-#: factor * SEGMENT_PENALTY; the tail is tested against the points since the last of them
+#: detect_latest: PELT over flat and straight segments finds the older change points of the window with penalty
+#: sd**2 * long-run AR(1) variance factor * SEGMENT_PENALTY; the tail is tested against the points since the
+#: last of them
 SEGMENT_PENALTY = 7.0
 #: detect_latest also fits a change starting up to this many points before the tail: if one fits better, the
 #: tail only continues an older change and nothing is reported
@@ -94,8 +97,20 @@ LATEST_SD_PADDING = 2.0
 #: gets less conservative with a phi too large as with one too small
 PHI_PADDING = 1.0
 #: fewer points than this and the noise estimate is too loose to set a penalty from it, and phi is unknown even
-#: when the sd is given: AR(1) wander over a dozen points passes for a change (docs/detection.md)
+#: when the sd is given: AR(1) wander over a dozen points passes for a change (docs/detection.md). detect_latest
+#: uses its long-history test once this many points precede the tail, and its short-history test before
 MIN_POINTS_FOR_ESTIMATE = 20
+#: detect_latest: fewer points than this and nothing is reported (3 changed points and 5 before them)
+MIN_POINTS_ONLINE = 8
+#: detect_latest on a short history (fewer than MIN_POINTS_FOR_ESTIMATE points before the tail): the z**2 a
+#: change needs in place of LATEST_PENALTY + PHI_PENALTY phi. phi is unknown there (0 is assumed), so the
+#: threshold must cover AR(1) noise with phi = 0.5, which inflates the variance of a 6-point shift about 2.5
+#: times. Calibrated on seed 999 (docs/detection.md): 16 gave 0.07 alarms per AR(1) series in its first 26
+#: points, 20 and 25 gave 0.015; 20 finds 63% of 10% steps there within 5 points, 25 finds 34%
+SHORT_PENALTY = 20.0
+#: detect_latest: the level before the tail is a trend when a straight line fits the points before the tail
+#: better by SLOPE_PENALTY ln n noise variances (as in detect_changes), and they are at least this many
+TREND_MIN_POINTS = 8
 #: the noise of the online check is estimated from at most this many recent points
 NOISE_WINDOW = 200
 #: lag-1 autocorrelation above this is treated as this (the inflation factor explodes as phi -> 1)
@@ -261,7 +276,9 @@ def detect_latest(
     ``worse`` is the direction that is a regression: "up" (timings, memory), "down" (accuracy) or "both". A
     one-sided check ignores changes the other way and, at the same false-alarm rate, sees smaller ones. Only the
     last ``window`` points are segmented, but the noise is estimated from the MIN_POINTS_FOR_ESTIMATE to
-    NOISE_WINDOW points before the tail, so pass the history, not just the window.
+    NOISE_WINDOW points before the tail, so pass the history, not just the window. A shorter history (from
+    MIN_POINTS_ONLINE points) is tested against a stricter threshold (SHORT_PENALTY). On a trend the levels of
+    the change are the trend's fitted value at it and that plus the shift.
     """
     if not min_size <= tail <= MAX_TAIL:
         raise ValueError(f"tail must be between min_size ({min_size}) and {MAX_TAIL}, not {tail}")
@@ -273,23 +290,37 @@ def detect_latest(
     found = _tail_candidate(x, settings)
     if found is None:
         return None
-    start, begin, cut, cleaned, noise, rule = found
     # a change keeps the index it was first seen at: the location of a small step is uncertain by a point or
     # two, and the same change must not read as a new one each time its best location moves. Walk back over the
     # last runs while they saw a change within RELOCATE points of this one
-    first = cut
+    first = found.cut
     for back in range(1, tail + RELOCATE + 1):
         earlier = _tail_candidate(x[:-back], settings)
-        if earlier is not None and 0 < abs(earlier[2] - first) <= RELOCATE:
-            first = earlier[2]
-    if first < len(x) - tail or first - begin < min_size:
+        if earlier is not None and 0 < abs(earlier.cut - first) <= RELOCATE:
+            first = earlier.cut
+    if first < len(x) - tail or first - found.begin < min_size:
         return None  # seen when it was in the tail, and older than the tail now
     alternative = {"up": "less", "down": "greater", "both": "two-sided"}[worse]
-    change = _compare(x[start:], cleaned, begin - start, first - start, len(x) - start, labels[start:], start, metric,
-                      unit, alternative, noise, rule)
-    if change.p_value >= alpha or abs(change.magnitude) < min_magnitude:
+    start = found.start
+    # on a trend the rank test compares the points with the trend taken out, and the levels are the trend's
+    # value at the change and that plus the shift
+    detrend = found.slope * np.arange(len(x) - start)
+    levels = (found.before, found.before + found.shift) if found.slope else None
+    change = _compare(x[start:] - detrend, found.cleaned - detrend, found.begin - start, first - start,
+                      len(x) - start, labels[start:], start, metric, unit, alternative, found.noise, found.rule,
+                      levels=levels)
+    if not _rank_test_passes(change.p_value, first - found.begin, len(x) - first, alpha, alternative) \
+            or abs(change.magnitude) < min_magnitude:
         return None
     return change
+
+
+def _rank_test_passes(p_value: float, before: int, after: int, alpha: float, alternative: str) -> bool:
+    """Whether the Mann-Whitney p-value passes ``alpha``; when the samples are too small for any ordering to reach
+    it (3 points against 5: 1/56 one-sided), the most extreme ordering passes (every point of the tail beyond
+    every point before it), so that a short history can alarm at all."""
+    smallest = (1 if alternative != "two-sided" else 2) / math.comb(before + after, after)
+    return p_value < alpha or p_value <= smallest * (1 + 1e-9)
 
 
 @dataclass(frozen=True)
@@ -304,35 +335,69 @@ class _Latest:
     worse: str
 
 
-def _tail_candidate(x: np.ndarray, settings: _Latest) -> tuple[int, int, int, np.ndarray, Noise, str] | None:
-    """A change of ``x`` in the ``worse`` direction that starts in the tail and clears its threshold: (start of
-    the window, begin of the segment it is tested against, its first point, the window without its spikes, the
-    noise, the rule that found it). None when there is none (most runs)."""
+@dataclass(frozen=True)
+class _Candidate:
+    """A change in the tail that cleared its threshold, as _tail_candidate found it."""
+
+    start: int  # the start of the window in the series
+    begin: int  # the first point of the segment the tail is tested against, in the series
+    cut: int  # the first point of the change, in the series
+    cleaned: np.ndarray  # the window without its spikes
+    noise: Noise
+    rule: str
+    slope: float  # the slope of the level before the change per point (0 when it is flat)
+    before: float  # the level just before the change (a trend's fitted value at ``cut``)
+    shift: float  # the size of the change, in the metric's unit
+
+
+def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
+    """A change of ``x`` in the ``worse`` direction that starts in the tail and clears its threshold, or None when
+    there is none (most runs).
+
+    With MIN_POINTS_FOR_ESTIMATE points before the tail, the noise (sd and phi) comes from those points, given
+    or estimated: the tail under test would otherwise inflate it by the very step it holds. On a shorter history
+    (from MIN_POINTS_ONLINE points) the sd comes from the residuals of the whole history about its own flat and
+    straight segments, where a step in the tail is a segment of its own and not noise; phi is unknown there, so
+    the threshold is SHORT_PENALTY. The level before the tail may be flat or a trend: a drift that goes on is no
+    change, a step on top of it is.
+    """
     tail, min_size = settings.tail, settings.min_size
-    # even with a calibrated sd, phi comes from the history: on fewer points AR(1) wander passes for a change
-    # (it was where most false alarms on AR(1) series came from)
-    if len(x) - tail < MIN_POINTS_FOR_ESTIMATE:
+    n_all = len(x)
+    if n_all < max(MIN_POINTS_ONLINE, 2 * min_size):
         return None
-    # the noise is a property of the history: the tail under test would inflate it by the very step it holds
-    noise = _noise_for(x[:-tail][-NOISE_WINDOW:], settings.noise_sd, settings.noise_cv, min_size, latest=True)
+    short = n_all - tail < MIN_POINTS_FOR_ESTIMATE
+    given = settings.noise_sd is not None or settings.noise_cv is not None
+    if short:
+        noise = _short_noise(x, settings.noise_sd, settings.noise_cv, min_size)
+    else:
+        noise = _noise_for(x[:-tail][-NOISE_WINDOW:], settings.noise_sd, settings.noise_cv, min_size, latest=True)
     if noise.sd == 0.0:
         return None
-    start = max(0, len(x) - settings.window)
+    start = max(0, n_all - settings.window)
     cleaned = _drop_spikes(x[start:], noise.sd, min_size)
     n = len(cleaned)
-    # PELT finds where the current level began: the tail is tested against the points since the last change
-    # point before it (an older change was reported while it was in the tail)
-    ends = _segment(cleaned, noise.sd**2 * noise.variance_factor() * SEGMENT_PENALTY, min_size)
+    # PELT over flat and straight segments finds where the current level began: the tail is tested against the
+    # points since the last change point before it (an older change was reported while it was in the tail), and
+    # a drift is one segment rather than a staircase whose last step the tail would always stand above
+    variance = noise.sd**2 * noise.variance_factor()
+    slope_penalty = variance * SLOPE_PENALTY * math.log(n)
+    ends = _segment_trends(cleaned, variance * SEGMENT_PENALTY, slope_penalty, min_size)
     begin = max([0, *(end for end in ends[:-1] if end < n - tail)])
     tails = np.arange(min_size, min(tail + LOOKBACK, n - begin - min_size) + 1)
     if not len(tails):
         return None
-    z = _shift_z(cleaned[begin:], tails, noise)
+    # the level before the tail is a trend when a line fits the points before the whole tail clearly better
+    # (judged without the tail: a step there would pass for a slope)
+    trend = (n - tail - begin >= TREND_MIN_POINTS
+             and _TrendJudge(cleaned, variance, slope_penalty).fit(begin, n - tail)[1] == 2)
+    # on a short history with no noise given, each shift is judged against the residuals of its own fit (a t
+    # test, turned into the normal z of the same p-value): the step is in the model, so it cannot inflate them
+    z, beta = _shift_fit(cleaned[begin:], tails, noise, trend, studentise=short and not given)
     z = {"up": z, "down": -z, "both": np.abs(z)}[settings.worse]
     # a change seen in fewer points must be larger: the false alarms saved there pay for a lower threshold at
     # the full tail, where the small steps are found
     threshold = (
-        LATEST_PENALTY + PHI_PENALTY * noise.phi + SHORT_TAIL * (tail - tails)
+        (SHORT_PENALTY if short else LATEST_PENALTY) + PHI_PENALTY * noise.phi + SHORT_TAIL * (tail - tails)
         + (BOTH_WAYS if settings.worse == "both" else 0.0)
     )
     margin = np.where(z > 0, z**2, 0.0) - threshold
@@ -347,38 +412,99 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> tuple[int, int, int, np
     # longer tail has the lower threshold, and would start a clear 4-point step 2 points early at half its size
     k = int(np.argmax(np.where(inside, z, -np.inf)))
     best = int(tails[k])
+    m = n - begin
+    level, slope, shift = (float(v) for v in beta[k])
+    # the fitted level of the points before the change, at the change: a trend's value there, extrapolated
+    before = level + slope * (m - best - (m - 1) / 2) / m
     way = {"up": "up", "down": "down", "both": "either way"}[settings.worse]
-    rule = (f"the last {best} points shifted {way} by z={z[k]:.1f} against the {n - best - begin} before them "
-            f"(needs {math.sqrt(threshold[k]):.1f}; noise sd {noise.sd:.3g}, phi {noise.phi:.2f})")
-    return start, start + begin, start + n - best, cleaned, noise, rule
+    against = "the trend of" if trend else "the"
+    if short and not given:
+        source = f"a short history: z from a t test on the residuals of this fit over {m} points"
+    elif short:
+        source = "a short history: sd given, phi unknown"
+    else:
+        source = (f"sd {'given' if given else 'estimated'}, phi from the {min(n_all - tail, NOISE_WINDOW)} points "
+                  "before the tail")
+    sd = f"noise sd {noise.sd:.3g}, phi {noise.phi:.2f}; " if not (short and not given) else ""
+    rule = (f"the last {best} points shifted {way} by z={z[k]:.1f} against {against} {m - best} before them "
+            f"(needs {math.sqrt(threshold[k]):.1f}; {sd}{source})")
+    return _Candidate(start, start + begin, start + n - best, cleaned, noise, rule, slope / m, before, shift)
+
+
+def _short_noise(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int) -> Noise:
+    """The noise of a history too short to estimate phi (0 here: SHORT_PENALTY pays for it): the sd given, or the
+    sd of the residuals of the whole history about its own flat and straight segments. The estimate only clips
+    spikes and sets the segmentation's penalty; the test itself uses the residuals of each shift's own fit."""
+    floor = 1e-9 * max(abs(float(np.median(x))), 1e-12)  # an exactly repeatable metric (bytes) has sd 0
+    if noise_sd is not None:
+        return Noise(max(float(noise_sd), floor), 0.0)
+    if noise_cv is not None:
+        return Noise(max(float(noise_cv) * abs(float(np.median(x))), floor), 0.0)
+    return Noise(max(estimate_trend_noise(x, min_size=min_size).sd, floor), 0.0)
 
 
 def _shift_z(segment: np.ndarray, tails: np.ndarray, noise: Noise) -> np.ndarray:
-    """The z of a shift of the last k points of ``segment``, for each k in ``tails``: generalised least squares
-    under AR(1) noise.
+    """The z of a shift of the last k points of ``segment`` against a flat level, for each k in ``tails``."""
+    return _shift_fit(segment, tails, noise, trend=False)[0]
+
+
+def _shift_fit(segment: np.ndarray, tails: np.ndarray, noise: Noise, trend: bool,
+               studentise: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The z of a shift of the last k points of ``segment``, for each k in ``tails``, and the fitted (level at the
+    middle, slope per unit of scaled time, shift) of each: generalised least squares under AR(1) noise, on a flat
+    level or (``trend``) on a straight one. ``studentise``: the sd is not the noise's but that of the residuals
+    of each fit, and the z is the normal one of the same p-value as the Student t this gives.
 
     After the Prais-Winsten transform (each point less phi times the one before) the noise is white, and the
     first point after a step carries the whole step while each later one carries (1 - phi) of it: least squares
-    weighs them so. For phi = 0 this is the difference of the two means over its sd. At phi = 0.5, 6 points
-    carry 3 (delta/sd)**2 this way, where their plain mean carries 2.6 (delta/sd)**2.
+    weighs them so. For phi = 0 and a flat level this is the difference of the two means over its sd. At
+    phi = 0.5, 6 points carry 3 (delta/sd)**2 this way, where their plain mean carries 2.6 (delta/sd)**2. The
+    time is scaled to [-0.5, 0.5] so that the normal equations stay well conditioned.
     """
     m, phi = len(segment), noise.phi
-    white = np.empty(m)
-    white[0] = math.sqrt(1 - phi**2) * segment[0]
-    white[1:] = segment[1:] - phi * segment[:-1]
-    # the whitened columns: the level, and the step of the last k points (1 at its first point, 1 - phi after)
-    level_level = (1 - phi**2) + (m - 1) * (1 - phi) ** 2
-    level_y = math.sqrt(1 - phi**2) * white[0] + (1 - phi) * float(white[1:].sum())
-    after = np.concatenate([np.cumsum(white[::-1])[::-1], [0.0]])  # after[j] = white[j:].sum()
-    first = m - tails
-    step_step = 1 + (tails - 1) * (1 - phi) ** 2
-    step_level = (1 - phi) + (tails - 1) * (1 - phi) ** 2
-    step_y = white[first] + (1 - phi) * after[first + 1]
-    determinant = level_level * step_step - step_level**2
-    shift = (level_level * step_y - step_level * level_y) / determinant
-    # the whitened noise is the innovations
-    sd = noise.innovations * np.sqrt(level_level / determinant)
-    return shift / sd
+    root = math.sqrt(1 - phi**2)
+
+    def whiten(v: np.ndarray) -> np.ndarray:
+        out = np.empty(len(v))
+        out[0] = root * v[0]
+        out[1:] = v[1:] - phi * v[:-1]
+        return out
+
+    t = (np.arange(m) - (m - 1) / 2) / m
+    columns = np.column_stack([whiten(np.ones(m)), whiten(t)] if trend else [whiten(np.ones(m))])
+    y = whiten(np.asarray(segment, dtype=float))
+    # the whitened step of the last k points: 1 at its first point, 1 - phi after
+    steps = np.zeros((m, len(tails)))
+    for j, k in enumerate(tails):
+        steps[m - k, j] = 1.0
+        steps[m - k + 1:, j] = 1 - phi
+    p = columns.shape[1]
+    normal = np.empty((len(tails), p + 1, p + 1))
+    normal[:, :p, :p] = columns.T @ columns
+    cross = (columns.T @ steps).T
+    normal[:, :p, p] = cross
+    normal[:, p, :p] = cross
+    normal[:, p, p] = np.einsum("ij,ij->j", steps, steps)
+    right = np.empty((len(tails), p + 1))
+    right[:, :p] = columns.T @ y
+    right[:, p] = steps.T @ y
+    inverse = np.linalg.inv(normal)
+    beta = np.einsum("kij,kj->ki", inverse, right)
+    if studentise:
+        from scipy import stats
+
+        freedom = m - p - 1
+        residual = np.maximum(float(y @ y) - np.einsum("ki,ki->k", beta, right), 0.0)
+        sd = np.sqrt(residual / freedom)
+        floor = 1e-9 * max(abs(float(np.median(segment))), 1e-12)
+        t_values = beta[:, p] / (np.maximum(sd, floor) * np.sqrt(inverse[:, p, p]))
+        z = np.sign(t_values) * stats.norm.isf(stats.t.sf(np.abs(t_values), freedom))
+    else:
+        # the whitened noise is the innovations
+        z = beta[:, p] / (noise.innovations * np.sqrt(inverse[:, p, p]))
+    if not trend:
+        beta = np.column_stack([beta[:, 0], np.zeros(len(tails)), beta[:, 1]])
+    return z, beta
 
 
 class _TrendCosts:
@@ -422,6 +548,8 @@ def _segment_trends(x: np.ndarray, penalty: float, slope_penalty: float, min_siz
     """
     n = len(x)
     costs = _TrendCosts(x)
+    if n <= SMALL_PARTITION:
+        return _partition_trends(costs, n, penalty, slope_penalty, min_size)
     best = np.full(n + 1, np.inf)
     best[0] = -penalty
     previous = np.zeros(n + 1, dtype=int)
@@ -441,6 +569,32 @@ def _segment_trends(x: np.ndarray, penalty: float, slope_penalty: float, min_siz
         ends.append(end)
         end = int(previous[end])
     return ends[::-1]
+
+
+#: up to this many points _segment_trends computes the cost of every segment at once and partitions exactly
+#: without PELT's pruning: ten times faster on the online check's window of 60 points, the same partition
+SMALL_PARTITION = 200
+
+
+def _partition_trends(costs: _TrendCosts, n: int, penalty: float, slope_penalty: float, min_size: int) -> list[int]:
+    """The optimal partition of _segment_trends from the costs of all segments at once (O(n**2) memory)."""
+    starts, ends = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    valid = ends - starts >= min_size
+    flat, linear = costs.rss(np.where(valid, starts, 0), np.where(valid, ends, min_size))
+    cost = np.where(valid, np.minimum(flat, linear + slope_penalty), np.inf)
+    best = np.full(n + 1, np.inf)
+    best[0] = -penalty
+    previous = np.zeros(n + 1, dtype=int)
+    for end in range(min_size, n + 1):
+        total = best[: end - min_size + 1] + cost[: end - min_size + 1, end]
+        k = int(np.argmin(total))
+        best[end], previous[end] = total[k] + penalty, k
+    result = []
+    end = n
+    while end > 0:
+        result.append(end)
+        end = int(previous[end])
+    return result[::-1]
 
 
 class _TrendJudge:
@@ -617,17 +771,19 @@ def _compare(
     alternative: str = "two-sided",
     noise: Noise | None = None,
     rule: str = "",
+    levels: tuple[float, float] | None = None,
 ) -> ChangePoint:
-    """Describe the change at ``cut`` between the segments [start, cut) and [cut, end)."""
+    """Describe the change at ``cut`` between the segments [start, cut) and [cut, end); ``levels``: the levels
+    just before and after it when they are not the segments' means (a trend's, fitted)."""
     noise_sd = noise.sd if noise is not None else 0.0
     before, after = cleaned[start:cut], cleaned[cut:end]
     # means and sds without the spikes: one must not make a 10% change read as 25%
-    before_mean, after_mean = float(before.mean()), float(after.mean())
+    before_mean, after_mean = levels or (float(before.mean()), float(after.mean()))
     before_sd, after_sd = float(before.std(ddof=1)), float(after.std(ddof=1))
     magnitude = _relative(before_mean, after_mean)
     p_value = _mann_whitney(x[start:cut], x[cut:end], alternative)
     label = labels[cut]
-    evidence = _evidence(metric, unit, label, "mean", before_mean, before_sd, after_mean, after_sd,
+    evidence = _evidence(metric, unit, label, "level" if levels else "mean", before_mean, before_sd, after_mean, after_sd,
                          after_mean - before_mean, noise_sd, p_value)
     return ChangePoint(
         index=offset + cut,
