@@ -17,6 +17,12 @@ broken commits around the midpoint, the case that turns asv's `find` into a line
 
 The end-to-end part bisects a 16-commit repository holding a pure-Python package (pythonpath builds, a precision
 regression at a random commit), 3 times from an empty cache, and reports the median wall time and builds.
+
+The history's part of a probe: what one probe asks of the store (open it, count the targets run, look for a
+reusable result, ingest a one-result run, choose its baseline, store its findings), 12 probes in a row, once with
+a store opened per probe (what every probe did before: the schema check, and SQLAlchemy compiling each statement
+again for the new engine) and once with one store shared by all (what a bisect does now); the two alternate
+probe by probe, side by side, and the median per probe is reported, wall and CPU time of this process.
 """
 
 from __future__ import annotations
@@ -141,6 +147,43 @@ def end_to_end(runs: int = 3) -> list[str]:
             f"{statistics.median(times) / statistics.median(probes):.2f} s |"]
 
 
+def store_per_probe(probes: int = 12) -> list[str]:
+    """The store's part of a probe, opened per probe against shared (medians per probe), as markdown lines."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from store import ENVIRONMENT, Clock, make_result, target
+
+    from modelci.checks import Finding
+    from modelci.store import Store
+
+    def probe(store: Store, index: int, rng: random.Random) -> None:
+        version = f"1.{index}"
+        store.targets_run("bench")
+        store.reusable(target(version), ENVIRONMENT.id, "bench", "suite/Model0", "c" * 64, {"seed": 0})
+        result = make_result(rng, 0)
+        store.ingest(target=target(version), environment=ENVIRONMENT, runner="bench", results=[result])
+        baseline = store.baseline(result.workload, "bench", target(version))
+        store.add_findings(result.id, baseline.id if baseline else None,
+                           [Finding("status", "status", "ok", {}, "ok", gating=True)])
+
+    rng = random.Random(5)
+    own, shared = Clock(), Clock()
+    with tempfile.TemporaryDirectory(prefix="modelci-bench-probe-store-") as tmp:
+        db, artifacts = str(Path(tmp) / "history.db"), str(Path(tmp) / "artifacts")
+        one = Store(db, artifacts)
+        probe(one, 0, rng)  # the history exists and holds a run, as when a bisect's ends have run
+        for index in range(1, probes + 1):
+            with own:
+                probe(Store(db, artifacts), 2 * index - 1, rng)
+            with shared:
+                probe(one, 2 * index, rng)
+    med = statistics.median
+    return ["| probe's store work | wall per probe (median) | CPU per probe (median) |", "|---|---:|---:|",
+            f"| a store opened per probe (before) | {med(own.wall) * 1000:.0f} ms | {med(own.cpu) * 1000:.0f} ms |",
+            f"| one store shared by the probes (now) | {med(shared.wall) * 1000:.0f} ms | "
+            f"{med(shared.cpu) * 1000:.0f} ms |",
+            f"| ratio | {med(shared.wall) / med(own.wall):.2f} | {med(shared.cpu) / med(own.cpu):.2f} |"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="search costs for small N only; print, write nothing")
@@ -151,9 +194,13 @@ def main() -> None:
            *search_costs(sizes), "",
            "Runs of broken commits at the midpoint of 1024, culprit at 1/4 or 3/4, worst of the two (asv #623):", "",
            *clustered()]
+    out += ["", f"The history's part of a probe ({runs_note()}, load average {os.getloadavg()[0]:.1f}), 12 probes "
+                "each way, alternating:", "", *store_per_probe()]
     if not args.quick:
+        load = os.getloadavg()[0]
         e2e = end_to_end()
-        out += ["", f"End to end ({runs_note()}), median of 3 bisects from an empty cache:", "",
+        out += ["", f"End to end ({runs_note()}, load average {load:.1f} at the start, "
+                    f"{os.getloadavg()[0]:.1f} at the end), median of 3 bisects from an empty cache:", "",
                 "| bisect | wall time | builds | per probe |", "|---|---:|---:|---:|", *e2e]
     text = "\n".join(out)
     print(text)
