@@ -85,7 +85,8 @@ def regressions(found: set[str]) -> set[str]:
 
 
 def ratios(report: dict, verdict: str) -> str:
-    """The ratio a compare measured for the workload and metric of `verdict`, first pass / confirmation."""
+    """The ratios a compare measured for the workload and metric of `verdict`: the first pass / each confirming
+    pass (B A, then A B while the difference still stood)."""
     workload, metric = verdict.split(" ")[:2]
     for result in report["results"]:
         if short(result["workload"]) != workload:
@@ -93,9 +94,10 @@ def ratios(report: dict, verdict: str) -> str:
         for f in result["findings"]:
             if f["metric"] == metric:
                 first = f["numbers"].get("ratio")
-                second = (f["numbers"].get("confirmation") or {}).get("ratio")
+                confirmation = f["numbers"].get("confirmation") or {}
+                later = [p.get("ratio") for p in confirmation.get("passes", [])] or [confirmation.get("ratio")]
                 text = f"{first:.2f}x" if isinstance(first, (int, float)) else "-"
-                return text + (f" / {second:.2f}x" if isinstance(second, (int, float)) else "")
+                return text + "".join(f" / {r:.2f}x" for r in later if isinstance(r, (int, float)))
     return "-"
 
 
@@ -150,7 +152,7 @@ def main() -> int:
         first, second = 2 * p, 2 * p + 1
         for verdict in sorted(sets[first] ^ sets[second]):
             only = first + 1 if verdict in sets[first] else second + 1
-            lines.append(f"- pair {p + 1}: {verdict} only in compare {only}; ratio (first pass / confirmation) {ratios(runs[first]['report'], verdict)} in compare "
+            lines.append(f"- pair {p + 1}: {verdict} only in compare {only}; ratios (first pass / confirming passes) {ratios(runs[first]['report'], verdict)} in compare "
                          f"{first + 1}, {ratios(runs[second]['report'], verdict)} in compare {second + 1}")
     text = "\n".join(lines)
     print(text)

@@ -54,6 +54,40 @@ class Transient(modelci.Workload):
         return {"y": [1.0]}
 """
 
+#: slow in the first two processes that run it against fakefw 1.0: the A side of the first pass and of the first
+#: confirmation pair (B A), not of the second pair (A B), as if something slowed A for the first part of a
+#: compare and then stopped (a count of 1.0 processes beside the suite says which one this is)
+SLOW_START = """
+import pathlib, time
+import fakefw
+import modelci
+
+COUNT = pathlib.Path(__file__).with_name("a-runs")
+
+
+class SlowStart(modelci.Workload):
+    framework = "python"
+    requires = ["fakefw"]
+    steps = 5
+    repeats = 7
+    warmup = 1
+
+    def setup(self, ctx):
+        self.slow = False
+        if fakefw.__version__ == "1.0":
+            runs = COUNT.stat().st_size if COUNT.exists() else 0
+            with COUNT.open("a") as handle:
+                handle.write("x")
+            self.slow = runs < 2
+
+    def train_step(self, ctx, step):
+        return 1.0 / (step + 1)
+
+    def infer(self, ctx):
+        time.sleep(0.05 if self.slow else 0.01)
+        return {"y": [1.0]}
+"""
+
 #: 1.1 holds 96 MiB more at its peak: in the first 1.1 process only (TRANSIENT_MEMORY) or in every one
 MEMORY = """
 import pathlib
@@ -151,6 +185,29 @@ def test_a_timing_difference_the_confirmation_rejects_opens_no_alarm_and_says_ok
     (page,) = [path.read_text() for path in (site / "w").glob("*.html")]
     b_run = report["run"]["id"]
     assert page.count(f'confirmation of <a href="../runs/{b_run}.html">run {b_run}</a>') == 2
+
+
+def test_a_difference_one_confirmation_pair_shares_but_the_next_in_the_other_order_does_not_is_not_counted(
+        fake_project, receiver, monkeypatch, capsys):
+    _with_webhook(fake_project, receiver, monkeypatch)
+    suite = _suite(fake_project.root, "slowstart", SLOW_START)
+    code, console, report = _compare(fake_project, capsys, "--suite", str(suite), "--rerun")
+
+    (entry,) = report["results"]
+    infer = next(f for f in entry["findings"] if f["metric"] == "time.infer")
+    confirmation = infer["numbers"]["confirmation"]
+    # the first pass (A B) and the first confirmation pair (B A) both saw B 5x faster ...
+    assert infer["numbers"]["ratio"] < 0.5 and confirmation["ratio"] < 0.5
+    # ... the second pair, A first this time, did not: the difference is not counted
+    assert [p["order"] for p in confirmation["passes"]] == ["BA", "AB"]
+    assert [p["verdict"] for p in confirmation["passes"]] == ["improvement", "ok"]
+    assert confirmation["confirmed"] is False and infer["verdict"] == "ok" and code == 0
+    assert "not confirmed by a third run of both, AB this time" in infer["message"]
+    assert _verdict(console, "time.infer") == "ok"
+    assert (suite / "a-runs").read_text() == "xxx", "A ran three times: the first pass and both pairs"
+    assert sorted(parent for parent, _ in Store.from_config(config_module.load()).parts_of().values()) == [
+        report["run"]["id"]] * 4
+    assert report["alarms"] == [] and receiver.posts == []
 
 
 def lifecycle_states() -> list[str]:

@@ -740,33 +740,49 @@ def confirmable(finding: checks.Finding) -> bool:
     return finding.gating or bool(finding.numbers.get("needs_confirmation"))
 
 
-def passes_apart(first: checks.Finding, second: checks.Finding) -> str | None:
-    """Why two passes that found a difference the same way still do not confirm each other: their ratios lie
-    further apart than the factor the check judges by, so the run-to-run noise is as large as the difference it
-    claims (on a loaded runner one pass saw a train step at 0.84x, the next at 0.38x). None when they agree."""
-    one, two, factor = first.numbers.get("ratio"), second.numbers.get("ratio"), first.numbers.get("factor")
-    if not all(isinstance(v, (int, float)) and v > 0 and math.isfinite(v) for v in (one, two, factor)):
+def passes_apart(first: checks.Finding, *others: checks.Finding) -> str | None:
+    """Why passes that found a difference the same way still do not confirm each other: their ratios lie further
+    apart than the factor the check judges by, so the run-to-run noise is as large as the difference it claims (on
+    a loaded runner one pass saw a train step at 0.84x, the next at 0.38x). None when they agree."""
+    ratios = [f.numbers.get("ratio") for f in (first, *others)]
+    factor = first.numbers.get("factor")
+    if not all(isinstance(v, (int, float)) and v > 0 and math.isfinite(v) for v in (*ratios, factor)):
         return None
-    spread = max(one, two) / min(one, two)
+    spread = max(ratios) / min(ratios)
     if spread <= factor:
         return None
-    return (f"the two passes' ratios {one:.2f}x and {two:.2f}x are {spread:.2f}x apart, more than the factor "
-            f"{factor:g}: the difference is within the noise between runs")
+    shown = " and ".join(f"{r:.2f}x" for r in ratios) if len(ratios) == 2 else ", ".join(f"{r:.2f}x" for r in ratios)
+    return (f"the {'two' if len(ratios) == 2 else len(ratios)} passes' ratios {shown} are {spread:.2f}x apart, more "
+            f"than the factor {factor:g}: the difference is within the noise between runs")
+
+
+#: fresh pairs of runs of both sides a timing or memory difference must be seen in again before it counts: the
+#: first in the order B A, the next A B (see confirm_verdicts); a pair is run only while a difference still stands
+CONFIRMATION_PAIRS = 2
+
+_PASS_NAMES = ("second", "third", "fourth", "fifth")
 
 
 def confirm_verdicts(config: Config, store: Store, spec_a: str, spec_b: str, suite_specs: list[str],
                      comparison: Comparison, progress: Any, command: str) -> None:
-    """Re-run one workload on both sides, B first, and keep a timing or memory verdict only if the fresh pair
-    agrees.
+    """Re-run one workload on both sides, B first, then again A first, and keep a timing or memory verdict only if
+    every fresh pair agrees with the first pass.
 
-    The rank test compares the samples of one run of each side. Those samples share the load of the moment, so
-    load that changed between the A run and the B run (another job started; the machine warmed up) looks like a
-    significant difference: on a shared 2-core runner, two compares of torch 2.13 against 2.14 flagged different
-    workloads (docs/zoo.md). Running the workload again in the order B, A makes the pair A B B A, so a trend
-    that favoured one side in the first pass favours the other in the second. Peak memory is one sample per run
-    and moves by about 10% between runs of paddle (docs/zoo.md), so its differences are confirmed the same way,
-    and gate only once confirmed. The fresh runs are stored as part of B's run (`purpose="confirmation"`), not
-    judged on their own; the verdict's numbers keep both passes, with the results of the second.
+    The rank test compares the samples of one run of each side. Those samples share the state of the moment (the
+    load, and whatever the run's one warm worker, which every workload of the run is forked from, brought with
+    it), so a difference between the A run and the B run passes the test though it is not the builds': on a
+    shared 2-core runner two compares of torch 2.13 against 2.14 flagged different workloads (docs/zoo.md), and on
+    an idle one the first pass of a compare of paddle found every workload of B faster. Running the workload again
+    in the order B, A makes the sequence A B B A, so a trend that favoured one side in the first pass favours the
+    other in the second. But one fresh pair is one more draw of that state: on an idle machine two passes of one
+    compare agreed on a train step 0.70x/0.72x faster that the next compare measured at 1.09x
+    (docs/verdicts.md). So a difference the first pair confirms must be seen once more, in a pair run in the
+    order A B: the sequence A B | B A | A B, each side's state drawn three times. A pair runs only while some
+    difference still stands, so the common case (the first pair rejects it, or nothing differs) costs what it
+    did. Peak memory is one sample per run and moves by about 10% between runs of paddle (docs/zoo.md), so its
+    differences are confirmed the same way, and gate only once confirmed. The fresh runs are stored as part of
+    B's run (`purpose="confirmation"`), not judged on their own; the verdict's numbers keep every pass
+    (`numbers.confirmation`: the second pass, with `passes` listing each confirming pass).
     """
     flagged = [f for f in comparison.findings if confirmable(f)]
     if not flagged or comparison.baseline is None:
@@ -774,39 +790,65 @@ def confirm_verdicts(config: Config, store: Store, spec_a: str, spec_b: str, sui
     workload = comparison.result.workload
     parent = comparison.result.id and store.run_of_result(comparison.result.id)
     progress.note(f"{workload}: {', '.join(f.metric for f in flagged)} differ; running both sides again to confirm")
-    again = {}
-    for side, spec in (("b", spec_b), ("a", spec_a)):
-        outcome = run(config, spec, suite_specs, workload, progress=progress, command=command, alarms=False,
-                      judge=False, purpose="confirmation", parent_run_id=parent or None, store=store)
-        again[side] = next((r for r in outcome.results if r.workload == workload), None)
-    if again["a"] is None or again["b"] is None or again["a"].status != "ok" or again["b"].status != "ok":
-        second: dict[str, checks.Finding] = {}
-    else:
-        second = {f.metric: f for f in checks.evaluate(again["b"], again["a"], policy_for(config, store, workload))
-                  if f.check in CONFIRMED_CHECKS}
-    results = {side: (r.id if r is not None else None) for side, r in again.items()}
+    standing = {id(f) for f in flagged}
+    seen: dict[int, list[checks.Finding | None]] = {id(f): [] for f in flagged}
+    passes: list[dict[str, Any]] = []
+    for number in range(CONFIRMATION_PAIRS):
+        order = (("b", spec_b), ("a", spec_a)) if number % 2 == 0 else (("a", spec_a), ("b", spec_b))
+        again = {}
+        for side, spec in order:
+            outcome = run(config, spec, suite_specs, workload, progress=progress, command=command, alarms=False,
+                          judge=False, purpose="confirmation", parent_run_id=parent or None, store=store)
+            again[side] = next((r for r in outcome.results if r.workload == workload), None)
+        if again["a"] is None or again["b"] is None or again["a"].status != "ok" or again["b"].status != "ok":
+            found: dict[str, checks.Finding] = {}
+        else:
+            found = {f.metric: f for f in checks.evaluate(again["b"], again["a"], policy_for(config, store, workload))
+                     if f.check in CONFIRMED_CHECKS}
+        passes.append({"order": "".join(side.upper() for side, _ in order),
+                       "result_ids": {side: (r.id if r is not None else None) for side, r in again.items()}})
+        for finding in flagged:
+            if id(finding) in standing:
+                check = found.get(finding.metric)
+                seen[id(finding)].append(check)
+                same_way = check is not None and check.verdict == finding.verdict
+                if not same_way or passes_apart(finding, *seen[id(finding)]) is not None:
+                    standing.discard(id(finding))
+        if not standing:
+            break
     flagged_ids = {id(f) for f in flagged}
     for index, finding in enumerate(comparison.findings):
-        if id(finding) not in flagged_ids:
-            continue
-        check = second.get(finding.metric)
-        same_way = check is not None and check.verdict == finding.verdict
-        apart = passes_apart(finding, check) if same_way else None
-        confirmed = same_way and apart is None
-        numbers = dict(finding.numbers, confirmation={"confirmed": confirmed, **(check.numbers if check else {}),
-                                                      "result_ids": results})
-        first = finding.numbers.get("reason", "")
-        if confirmed:
-            message = f"{finding.message}; confirmed by a second run of both ({check.message})"
-            numbers["reason"] = f"{first}; confirmed by a second run of both ({check.numbers.get('reason', '')})"
-        else:
-            seen = check.message if check else "the second run of both did not finish ok"
-            if apart is not None:
-                seen = f"{seen}; {apart}"
-            message = f"{finding.message}; not confirmed by a second run of both ({seen}), so not counted"
-            numbers["reason"] = f"not confirmed by a second run of both ({seen}), so not counted; first pass: {first}"
-        # a confirmed difference gates as its check says, and a memory one that waited on the second pass gates now
-        gating = finding.gating or (confirmed and bool(finding.numbers.get("needs_confirmation")))
-        comparison.findings[index] = checks.Finding(finding.check, finding.metric,
-                                                    finding.verdict if confirmed else "ok", numbers, message,
-                                                    gating)
+        if id(finding) in flagged_ids:
+            comparison.findings[index] = _confirmed(finding, seen[id(finding)], passes, id(finding) in standing)
+
+
+def _confirmed(finding: checks.Finding, seen: list[checks.Finding | None], passes: list[dict[str, Any]],
+               confirmed: bool) -> checks.Finding:
+    """The finding as its confirmation left it: its verdict if every fresh pass agreed, else `ok`, not counted;
+    its numbers keep the first pass's, and `confirmation` those of the second (with every pass in `passes`)."""
+    second = seen[0]
+    numbers = dict(finding.numbers, confirmation={
+        "confirmed": confirmed, **(second.numbers if second else {}), "result_ids": passes[0]["result_ids"],
+        "passes": [dict(passes[i], verdict=c.verdict if c else None, ratio=c.numbers.get("ratio") if c else None,
+                        p_value=c.numbers.get("p_value") if c else None) for i, c in enumerate(seen)]})
+    first = finding.numbers.get("reason", "")
+    described = [f"a {_PASS_NAMES[i]} run of both{'' if i == 0 else ', ' + passes[i]['order'] + ' this time'} "
+                 f"({c.message if c else 'which did not finish ok'})" for i, c in enumerate(seen)]
+    if confirmed:
+        message = f"{finding.message}; confirmed by {' and by '.join(described)}"
+        numbers["reason"] = (f"{first}; confirmed by " + " and by ".join(
+            f"a {_PASS_NAMES[i]} run of both ({c.numbers.get('reason', '')})" for i, c in enumerate(seen)))
+    else:
+        last = seen[-1]
+        agreed, why = described[:-1], described[-1]
+        apart = passes_apart(finding, *seen) if last is not None and last.verdict == finding.verdict else None
+        if apart is not None:
+            why = why[:-1] + f"; {apart})"
+        message = f"{finding.message}; not confirmed by {why}, so not counted"
+        if agreed:
+            message += f" (confirmed by {' and by '.join(agreed)} before)"
+        numbers["reason"] = f"not confirmed by {why}, so not counted; first pass: {first}"
+    # a confirmed difference gates as its check says, and a memory one that waited on the second pass gates now
+    gating = finding.gating or (confirmed and bool(finding.numbers.get("needs_confirmation")))
+    return checks.Finding(finding.check, finding.metric, finding.verdict if confirmed else "ok", numbers, message,
+                          gating)

@@ -14,7 +14,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--rerun", action="store_true", help="run both targets again instead of reusing results")
     parser.add_argument("--no-confirm", dest="confirm", action="store_false",
                         help="take timing verdicts from one run per side (default: a workload whose timing differs "
-                             "runs again on both sides, B then A, and the verdict stands only if both passes agree)")
+                             "runs again on both sides, B then A, and once more A then B if that pair agrees; the "
+                             "verdict stands only if every pass agrees)")
     from modelci.commands.run import add_report_files
 
     add_report_files(parser)
