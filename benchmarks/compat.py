@@ -19,6 +19,7 @@ Medians over the repeats; the figures go into docs/compat.md between the `bench:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -144,7 +145,7 @@ def loads_time(root: Path, env, versions: dict) -> float:
 def harness_times(root: Path, cfg, env, versions: dict, workloads: list, repeat: int) -> tuple[float, float, float, int]:
     """Seconds to store the saved models and to check them all on a fresh store; the seconds of setup + load +
     infer inside that check (its own loads, timed by the child); and the entries checked."""
-    cfg.values.update(db=str(root / f"history-{repeat}.db"), artifacts=str(root / f"artifacts-{repeat}"))
+    cfg = dataclasses.replace(cfg, db=str(root / f"history-{repeat}.db"), artifacts=str(root / f"artifacts-{repeat}"))
     store = Store.from_config(cfg)
     suites = {"benchsuite": root / "benchsuite"}
     scratch = root / f"scratch-{repeat}"

@@ -146,20 +146,20 @@ def free_port() -> int:
 
 def environment(project: Path):
     """The environment `modelci run` uses for zoo:torch (built here once), and the suite folder."""
-    from modelci import config, targets, workflow
+    from modelci import config, steps, targets
 
     os.chdir(project)
     cfg = config.load()
     target = targets.resolve(TARGET, cache_dir=cfg.cache_dir)
-    env = workflow.environment_for(cfg, target, log=print)
-    suites = workflow.resolve_suites([SUITE], project)
+    env = steps.environment_for(cfg, target, log=print)
+    suites = steps.resolve_suites([SUITE], project)
     from modelci.execute import local
 
     found = local.discover(env.python, suites, Path(tempfile.mkdtemp()))
-    workloads, _ = workflow.select(found, None)
-    extra = workflow.missing_requirements(env, workloads)
+    workloads, _ = steps.select(found, None)
+    extra = steps.missing_requirements(env, workloads)
     if extra:
-        env = workflow.environment_for(cfg, target, extra, log=print)
+        env = steps.environment_for(cfg, target, extra, log=print)
     return cfg, env, suites["torch"]
 
 

@@ -49,7 +49,7 @@ class History:
 
     def with_runner(self, runner: str) -> config_module.Config:
         """The same config on another runner."""
-        return dataclasses.replace(self.config, values={**self.config.values, "runner": runner})
+        return dataclasses.replace(self.config, runner=runner)
 
     def run(self, version: str, results: list[Result], *, runner: str | None = None,
             started_at: datetime | None = None, today=None, name: str = "fw",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelci import calibrate, checks
+from modelci import calibrate, checks, workflow
 from modelci import config as config_module
 from modelci.checks import Policy
 from modelci.records import Metric, Result
@@ -13,7 +13,7 @@ from modelci.store import Store
 
 def test_calibrate_stores_a_profile_that_the_next_run_uses(fake_project):
     cfg = config_module.load()
-    outcome = calibrate.calibrate(cfg, str(fake_project.v10), [str(fake_project.suite)], "Stable", runs=3)
+    outcome = workflow.calibrate(cfg, str(fake_project.v10), [str(fake_project.suite)], "Stable", runs=3)
     assert len(outcome.run_ids) == 3 and not outcome.failures
     by_metric = {e.metric: e for e in outcome.entries}
     # the fake workloads are pure Python and seeded: outputs and losses are bit-identical across runs

@@ -173,8 +173,7 @@ def test_manifests_record_producer_bytes_inputs_outputs_and_store_them_once(proj
 def test_corrupt_artifacts_are_refused_and_reported_not_skipped(project, tmp_path):
     artifacts = tmp_path / "artifacts"
     shutil.copytree(Path(project["cfg"].artifacts), artifacts)
-    cfg = config_module.load(cli={"db": str(tmp_path / "history.db")})
-    cfg.values["artifacts"] = str(artifacts)
+    cfg = config_module.load(cli={"db": str(tmp_path / "history.db"), "artifacts": str(artifacts)})
     store = Store.from_config(cfg)
     manifests, _ = records.read_manifests(store.artifacts)
     # Renamed's blob is its own (Stable, Numerics and Retired save the same bytes, stored once)
@@ -214,8 +213,7 @@ def test_a_suite_file_that_no_longer_imports_is_load_failed_not_missing(project,
 def test_no_stored_models_for_the_selection_fails_clearly(project, tmp_path):
     with pytest.raises(UserError, match=r"no stored models saved by compatfw versions ==9\.9.*not a pass"):
         compat.check(project["cfg"], str(project["v2"]), [str(project["suite"])], from_spec="==9.9")
-    cfg = config_module.load(cli={"db": str(tmp_path / "h.db")})
-    cfg.values["artifacts"] = str(tmp_path / "empty")
+    cfg = config_module.load(cli={"db": str(tmp_path / "h.db"), "artifacts": str(tmp_path / "empty")})
     with pytest.raises(UserError, match="it holds: nothing"):
         compat.check(cfg, str(project["v2"]), [str(project["suite"])])
     with pytest.raises(UserError, match="--from 'not a version'"):
@@ -223,8 +221,7 @@ def test_no_stored_models_for_the_selection_fails_clearly(project, tmp_path):
 
 
 def test_a_read_only_store_refuses_a_run_but_serves_compat(project, tmp_path):
-    cfg = config_module.load(cli={"db": str(tmp_path / "h.db")})
-    cfg.values["artifacts_readonly"] = True
+    cfg = config_module.load(cli={"db": str(tmp_path / "h.db"), "artifacts_readonly": True})
     with pytest.raises(UserError, match="read-only"):
         workflow.run(cfg, str(project["v1"]), [str(project["suite"])])
     outcome = compat.check(cfg, str(project["v2"]), [str(project["current"])])

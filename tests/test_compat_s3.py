@@ -82,8 +82,8 @@ def test_compat_over_s3_gives_the_same_matrix_as_over_a_local_folder(s3, tmp_pat
     store = Store.from_config(s3["cfg"])
     local = tmp_path / "artifacts"
     store.artifacts.fs.get(f"{BUCKET}/team/", str(local), recursive=True)
-    cfg = config_module.load(cli={"db": str(tmp_path / "local.db")})
-    cfg.values.update(artifacts=str(local), artifacts_options={})
+    cfg = config_module.load(cli={"db": str(tmp_path / "local.db"), "artifacts": str(local)},
+                             environ={k: v for k, v in os.environ.items() if k != "MODELCI_ARTIFACTS_OPTIONS"})
     over_folder = compat.check(cfg, str(s3["v2"]), [str(s3["suite"])])
 
     assert matrix_of(over_s3) == matrix_of(over_folder)

@@ -49,6 +49,10 @@ def test_ensure_builds_then_reuses(fakefw_spec, tmp_path):
     assert installed_version(env, "torch") is None
     assert run_in(env.python, "import fakefw; print(fakefw.__version__)").stdout.strip() == "1.0"
     assert any("building environment" in line for line in logs)
+    # the one id users see for an environment is its id by content (the run output's), not the cache folder's
+    assert [line for line in logs if line.startswith("built environment")][0].split()[2] == env.id
+    assert not any(f"environment {fakefw_spec.id()}" in line for line in logs)  # a folder's name, never an id
+    assert any(line.startswith("uv: ") for line in logs)  # uv's own progress, passed on
 
     marker = env.path / "marker"
     marker.write_text("a rebuild would delete me")

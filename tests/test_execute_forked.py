@@ -16,7 +16,7 @@ import pytest
 
 import modelci
 from modelci import config as config_module
-from modelci import targets, workflow
+from modelci import steps, targets, workflow
 from modelci.errors import UserError
 from modelci.execute import forked
 from modelci.execute.local import WorkloadInfo
@@ -96,7 +96,7 @@ def executor_results(python: Path, suites: dict[str, Path], scratch: Path, mode:
 def fakefw_env(fake_project, version: str):
     cfg = config_module.load()
     wheel = fake_project.v10 if version == "1.0" else fake_project.v11
-    return workflow.environment_for(cfg, targets.resolve(str(wheel)), log=lambda _: None)
+    return steps.environment_for(cfg, targets.resolve(str(wheel)), log=lambda _: None)
 
 
 def test_fork_and_spawn_give_bit_identical_results_on_fakefw(fake_project):
@@ -297,7 +297,7 @@ def torch_env(tmp_path: Path, monkeypatch, spec: str = "torch==2.13.0"):
     (tmp_path / "modelci.toml").write_text(f'cache_dir = "{cache}"\nthreads = 1\n')
     cfg = config_module.load()
     try:
-        return workflow.environment_for(cfg, targets.resolve(spec), log=lambda _: None)
+        return steps.environment_for(cfg, targets.resolve(spec), log=lambda _: None)
     except UserError as exc:
         if os.environ.get("CI"):  # CI installs what the tests need: a skip there would hide a broken install
             raise
@@ -330,7 +330,7 @@ def test_zoo_torch_ranks_forked_from_rank_0_match_fresh_ranks_and_one_process(tm
     # the first environment holds what the torch helper needs (numpy): no second environment after discovery
     with forked.Executor(env.python, tmp_path, threads=1) as executor:
         found = executor.discover(suites)
-    assert workflow.missing_requirements(env, [WorkloadInfo.from_json(w) for w in found["workloads"]]) == []
+    assert steps.missing_requirements(env, [WorkloadInfo.from_json(w) for w in found["workloads"]]) == []
 
     fork = executor_results(env.python, suites, tmp_path / "fork", "fork", only="DataParallel")
     spawn = executor_results(env.python, suites, tmp_path / "spawn", "spawn", only="DataParallel")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from modelci import workflow
+from modelci import steps
 from modelci.envs import fingerprint
 from modelci.execute import local
 from modelci.workload import frameworks, worker
@@ -66,15 +66,15 @@ def test_an_unknown_framework_is_named_with_the_known_ones():
 
 def test_the_harness_asks_the_registry():
     """The tables that used to list frameworks now come from the helpers."""
-    assert workflow.framework_requirements("torch") == ["torch", "numpy"]
-    assert workflow.framework_requirements("paddle") == ["paddlepaddle", "setuptools"]
+    assert frameworks.requirements("torch") == ["torch", "numpy"]
+    assert frameworks.requirements("paddle") == ["paddlepaddle", "setuptools"]
     # paddlepaddle-gpu provides paddle: the environment does not need the CPU build as well
-    assert workflow.framework_requirements("paddle", {"paddlepaddle-gpu"}) == ["setuptools"]
-    assert workflow.framework_requirements("jax") == ["jax", "flatbuffers"]
-    assert workflow.framework_requirements("python") == []
-    assert workflow.helper_needs("paddlepaddle-gpu") == ["setuptools"]
-    assert workflow.helper_needs("Torch") == ["numpy"]
-    assert workflow.helper_needs("requests") == []
+    assert frameworks.requirements("paddle", {"paddlepaddle-gpu"}) == ["setuptools"]
+    assert frameworks.requirements("jax") == ["jax", "flatbuffers"]
+    assert frameworks.requirements("python") == []
+    assert steps.helper_needs("paddlepaddle-gpu") == ["setuptools"]
+    assert steps.helper_needs("Torch") == ["numpy"]
+    assert steps.helper_needs("requests") == []
     assert worker.fork_safe_threads("paddle") == 1 and worker.fork_safe_threads("jax") == 0
     assert worker.fork_safe_threads("requests") == 0
     lock = "jax==0.10.2\njaxlib==0.10.2\nrequests==2.0\ntorchvision==0.1\n"
@@ -110,8 +110,8 @@ def test_a_framework_registered_with_one_line_is_known_everywhere(tmp_path, monk
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(frameworks.REGISTRY, "toyfw", "toy_helper:ToyHelper")
 
-    assert workflow.helper_needs("toyfw-gpu") == ["toy-runtime"]
-    assert workflow.framework_requirements("toyfw") == ["toyfw", "toy-runtime"]
+    assert steps.helper_needs("toyfw-gpu") == ["toy-runtime"]
+    assert frameworks.requirements("toyfw") == ["toyfw", "toy-runtime"]
     assert worker.fork_safe_threads("toyfw") == 2
     assert "toyfw" in frameworks.framework_modules()
     assert fingerprint.packages_of_interest("toyfw-gpu==3.1\ntoyfw-extras==1\n") == {"toyfw-gpu": "3.1",

@@ -20,7 +20,7 @@ import pytest
 
 import modelci
 from modelci import config as config_module
-from modelci import targets, workflow
+from modelci import steps, targets
 from modelci.errors import UserError
 from modelci.execute import forked, local
 from modelci.execute.local import NodeRole, WorkloadInfo
@@ -143,7 +143,7 @@ def torch_env(tmp_path: Path, monkeypatch):
     cache = Path(os.environ.get("MODELCI_TEST_CACHE", Path.home() / ".cache" / "modelci-tests"))
     (tmp_path / "modelci.toml").write_text(f'cache_dir = "{cache}"\nthreads = 1\n')
     try:
-        return workflow.environment_for(config_module.load(), targets.resolve("torch==2.13.0"), log=lambda _: None)
+        return steps.environment_for(config_module.load(), targets.resolve("torch==2.13.0"), log=lambda _: None)
     except UserError as exc:
         if os.environ.get("CI"):  # CI installs what the tests need: a skip there would hide a broken install
             raise

@@ -52,7 +52,7 @@ def test_every_commented_option_is_real_and_says_its_default(tmp_path):
     cfg = config.load(cwd=tmp_path, environ={})
     assert cfg.runner == "ci-cpu" and cfg.overrides[0]["metric"] == "output:*"
     for name in ("db", "artifacts", "threads", "cache_dir"):  # the commented value is the default
-        assert cfg.values[name] == config.OPTION_BY_NAME[name].default or name in ("db", "artifacts", "cache_dir")
+        assert getattr(cfg, name) == config.OPTION_BY_NAME[name].default or name in ("db", "artifacts", "cache_dir")
         assert re.search(rf'^# {name} = "?{re.escape(str(config.OPTION_BY_NAME[name].default))}"?$', text,
                          flags=re.MULTILINE), name
     for name in ("timing_factor", "alpha", "memory_factor"):

@@ -113,7 +113,7 @@ def test_series_is_one_metric_of_one_workload_oldest_first_with_its_target(store
     assert [p.target.version for p in series] == ["1.0", "1.1", "1.2"]
     assert series.status == ("ok", "failed", "ok") and series.runner == ("cpu", "cpu", "gpu")
     first = series[0]
-    assert first.target == ("requirement", "fw", "1.0", "", "")
+    assert first.target == ("requirement", "fw", "1.0", "", "", "fw==1.0") and first.target.label == "fw==1.0"
     assert (first.n, first.median, first.minimum, first.maximum, first.final) == \
         (3, pytest.approx(0.2), pytest.approx(0.1), pytest.approx(0.3), pytest.approx(0.2))
     # the same datetime the ORM reads for the run (series parses SQLite's text itself)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+
+from modelci.targets import parse_version
 
 
 @dataclass
@@ -39,22 +40,6 @@ class Candidate:
     commit: str
     wheel_sha256: str
     label: str
-
-
-def parse_version(text: str | None) -> Version | None:
-    """A release version without its local part (`2.1.0+git.ab12` -> 2.1.0); None when absent or unparsable."""
-    if not text:
-        return None
-    try:
-        return Version(Version(text).public)
-    except InvalidVersion:
-        return None
-
-
-def order_key(version: str | None, commit_date: str | None, first_seen: int) -> tuple:
-    """Sort key of a target in release order: its version (public part; none sorts as 0), its commit date, then
-    when it was first run. The dashboard (report.queries.target_order) and the alarms' change points sort so."""
-    return (parse_version(version) or Version("0"), commit_date or "", first_seen)
 
 
 class Chooser:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import email.parser
-import fcntl
 import hashlib
 import json
 import os
@@ -40,7 +39,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from modelci import projectmeta
+from modelci import locks, projectmeta, selection
 from modelci.errors import UserError
 from modelci.gitrepo import GitRepo
 from modelci.projectmeta import PROJECT_FILES
@@ -132,9 +131,10 @@ def prepare(target: Any, cache_dir: Path | str, *, python: str, index: Any = Non
     done = _load(folder)
     if done is None:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with open(folder.with_name(folder.name + ".lock"), "a") as handle:
-            # of two processes building one commit, one builds and the other waits for it
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        # of two processes building one commit, one builds and the other waits for it
+        with locks.exclusive(folder.with_name(folder.name + ".lock"), log=log,
+                             waiting=f"waiting for the build of {target.commit[:12] if target.commit else target.spec}: "
+                                     "another process is building it"):
             done = _load(folder) or _build(target, folder, plan, cache_dir, python, index, log)
     wheel = folder / done["wheel"]
     name, version, _, _ = parse_wheel_filename(wheel.name)
@@ -340,42 +340,6 @@ def _tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
     return text[-limit:].strip()
 
 
-# --- a run whose target did not build ("never stops the whole run") -------------------------------
-
-
-def failed_outcome(config: Any, store: Any, target: Any, error: BuildError, suites: dict[str, Path],
-                   suite_specs: list[str], pattern: str | None, command: str = "", alarms: bool = True) -> Any:
-    """Store an `error` result, with the build log tail, for every selected workload of a target that did not
-    build, judge them like any result, and return the workflow's RunOutcome.
-
-    With `alarms`, the alarm step runs as after any run: the failed build opens (or updates) the alarm of the
-    repository's `build` series and notifies, the loudest regression there is (`alarms.hooks.build_series`).
-    """
-    from modelci import envs, workflow
-    from modelci.records import Result
-    from modelci.store.schema import utcnow
-
-    started = utcnow()
-    digest = hashlib.sha256(f"{target.commit}:{target.build}:{target.subdirectory}".encode()).hexdigest()[:16]
-    # no environment exists; this record stands for the one that could not be made
-    env = envs.Environment(id=f"unbuilt-{digest}", path=None, python=Path(config.python), spec=None, lock="",
-                           fingerprint={}, isolated=True)
-    info = {"build_failed": True, "commit": target.commit, "build": BuildPlan.parse(target.build).text}
-    results = [Result(workload=workload_id, status="error", reason=str(error).splitlines()[0],
-                      stderr_tail=error.log_tail, code_hash=code_hash, info=dict(info))
-               for workload_id, code_hash in declared_workloads(suites, pattern)]
-    outcome = workflow.RunOutcome(run_id=None, target=target, environment=env, runner=config.runner)
-    outcome.run_id = store.ingest(target=target, environment=env, runner=config.runner, results=results,
-                                  status="complete", suites=suite_specs, selection=pattern or "",
-                                  command=command, started_at=started)
-    outcome.comparisons = workflow.evaluate(config, store, target, results)
-    if alarms:
-        from modelci.alarms import hooks
-
-        outcome.alarms = hooks.after_run(config, store, outcome)
-    return outcome
-
-
 def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> list[tuple[str, str]]:
     """(workload id, code hash) of the workloads the suite files declare, read without importing them.
 
@@ -384,7 +348,6 @@ def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> l
     stored under that name). A suite where none is found gets one `<suite>/(build)` entry.
     """
     import ast
-    import fnmatch
 
     from modelci.workload.child import code_hash, helper_files, suite_files
 
@@ -410,10 +373,8 @@ def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> l
                         declared.append((f"{suite}/{_declared_name(node)}", code_hash(path)))
         found += declared or [(f"{suite}/(build)", "")]
     if pattern:
-        def match(text: str) -> bool:
-            return fnmatch.fnmatchcase(text, pattern) if any(c in pattern for c in "*?[") else pattern in text
-
-        found = [entry for entry in found if match(entry[0])] or [(f"{suite}/(build)", "") for suite in suites]
+        found = selection.select(pattern, found, lambda entry: entry[0]) or [(f"{suite}/(build)", "")
+                                                                              for suite in suites]
     return found
 
 
@@ -456,10 +417,9 @@ def declared_needs(suites: dict[str, Path], pattern: str | None = None, provided
     itself is (a framework built from source needs no release of itself).
     """
     import ast
-    import fnmatch
 
     from modelci.workload.child import helper_files, suite_files
-    from modelci.workflow import framework_requirements
+    from modelci.workload import frameworks
 
     def literal(node: Any) -> Any:
         try:
@@ -497,16 +457,13 @@ def declared_needs(suites: dict[str, Path], pattern: str | None = None, provided
             bases = classes.get(name, ([], {}))[0]
             return "Workload" in bases or any(b not in seen and is_workload(b, seen | {name}) for b in bases)
 
-        for name in files:
-            if name.startswith("_") or not is_workload(name):
-                continue
-            workload_id = f"{suite}/{lookup(name, 'name') or name}"
-            if pattern and not (fnmatch.fnmatchcase(workload_id, pattern) if any(c in pattern for c in "*?[")
-                                else pattern in workload_id):
-                continue
+        declared = {f"{suite}/{lookup(name, 'name') or name}": name for name in files
+                    if not name.startswith("_") and is_workload(name)}
+        for workload_id in selection.select(pattern, declared):
+            name = declared[workload_id]
             requires = lookup(name, "requires")
             framework = lookup(name, "framework")
             wanted = [r for r in requires if isinstance(r, str)] if isinstance(requires, (list, tuple)) else []
-            wanted += framework_requirements(framework if isinstance(framework, str) else "numpy", provided)
+            wanted += frameworks.requirements(framework if isinstance(framework, str) else "numpy", provided)
             needs += [r for r in wanted if r not in needs]
     return needs

@@ -1,4 +1,5 @@
-"""Noise calibration: run each workload N times on one target and store how much its numbers move.
+"""Noise calibration: how much each workload's numbers move between runs of one target (measured by
+`workflow.calibrate`, which runs it N times), stored, and read back as a floor for the checks.
 
 The checks use the profile as a floor: a tolerance is never tighter than the measured run-to-run noise,
 and a workload whose timing varies by more than `max_timing_cv` (5%) between runs is reported as too
@@ -15,8 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from modelci.config import Config
-from modelci.errors import UserError
 from modelci.records import Result
 from modelci.store import Store
 from modelci.store.noise_schema import NoiseProfileRow
@@ -105,25 +104,6 @@ def measure(runs: list[dict[str, Result]]) -> list[NoiseEntry]:
                                       spread_rtol=max(s for s, _ in spreads),
                                       bit_identical=all(same for _, same in spreads)))
     return entries
-
-
-def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
-              runs: int = 5, progress: Any = None, command: str = "") -> CalibrationOutcome:
-    """Run the selection `runs` times on one target (each a stored run) and store the noise profile."""
-    from modelci import workflow
-
-    if runs < 2:
-        raise UserError(f"--runs {runs}: noise needs at least 2 runs (default 5)")
-    outcomes = [workflow.run(config, target_spec, suite_specs, pattern, progress=progress, command=command)
-                for _ in range(runs)]
-    last = outcomes[-1]
-    per_run = [{r.workload: r for r in o.results if r.status == "ok"} for o in outcomes]
-    outcome = CalibrationOutcome(target=last.target, environment=last.environment, runner=config.runner,
-                                 run_ids=[o.run_id for o in outcomes if o.run_id is not None],
-                                 entries=measure(per_run),
-                                 failures=[r for o in outcomes for r in o.results if r.status != "ok"])
-    save(Store.from_config(config), outcome)
-    return outcome
 
 
 def save(store: Store, outcome: CalibrationOutcome) -> None:

@@ -14,7 +14,6 @@ the inputs are also kept as arrays and compared, so a changed random stream is t
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 import modelci
-from modelci import targets
+from modelci import selection, steps, targets
 from modelci.checks.policy import Finding, decided
 from modelci.checks.precision import check_outputs
 from modelci.errors import UserError
@@ -450,14 +449,9 @@ def _same_build(producer: dict[str, Any], target: dict[str, Any]) -> bool:
     return all(str(producer.get(k) or "") == str(target.get(k) or "") for k in ("name", "version", "commit"))
 
 
-def _selected(manifest: dict[str, Any], suites: dict[str, Path], pattern: str | None) -> bool:
-    """Whether a manifest's workload is in the chosen suites and matches -k."""
-    if manifest.get("suite") not in suites:
-        return False
-    if not pattern:
-        return True
-    workload = manifest["workload"]
-    return fnmatch.fnmatchcase(workload, pattern) if any(c in pattern for c in "*?[") else pattern in workload
+def _selected(manifests: list[dict[str, Any]], suites: dict[str, Path], pattern: str | None) -> list[dict[str, Any]]:
+    """The manifests whose workload is in the chosen suites and that -k selects (`selection.select`)."""
+    return selection.select(pattern, [m for m in manifests if m.get("suite") in suites], lambda m: m["workload"])
 
 
 def latest(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -495,13 +489,12 @@ def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | 
     saved by the target load in those builds. `both`: the two. Finding nothing to check is a UserError (exit 2),
     never a pass.
     """
-    from modelci import workflow  # workflow calls record_saved_models: imported here, not at the top
     from modelci.report.console import Progress
 
     if direction not in DIRECTIONS:
         raise UserError(f"--direction {direction!r}: choose one of {', '.join(DIRECTIONS)}")
     progress = progress or Progress()
-    suites = workflow.resolve_suites(suite_specs, config.root)
+    suites = steps.resolve_suites(suite_specs, config.root)
     target = targets.resolve(target_spec, cache_dir=config.cache_dir)
     if target.kind == "current":
         raise UserError("compat needs a target with a version (numpy==2.0.0, a wheel or a git commit), not "
@@ -509,10 +502,10 @@ def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | 
     store = store or Store.from_config(config)
     manifests, problems = records.read_manifests(store.artifacts)
     progress.note(f"target {target.spec}: preparing the environment")
-    env = workflow.environment_for(config, target, log=progress.note)
+    env = steps.environment_for(config, target, log=progress.note)
     consumer = target_dict(target)
     producers = Producers(from_spec, target, config.cache_dir)
-    ours = [m for m in manifests if m["producer"].get("name") == target.name and _selected(m, suites, pattern)]
+    ours = _selected([m for m in manifests if m["producer"].get("name") == target.name], suites, pattern)
     plan: list[tuple[dict[str, Any], Any, list[dict[str, Any]], str]] = []
     if direction in ("backward", "both"):
         chosen = latest([m for m in ours if producers.takes(m["producer"])])
@@ -559,9 +552,11 @@ def unsaved_entries(store: Any, name: str, takes: Callable[[dict[str, Any]], boo
             .join(TargetRow, RunRow.target_id == TargetRow.id)
             .where(TargetRow.name == name, TargetRow.kind != "current", ResultRow.status == "ok")
             .order_by(RunRow.started_at, ResultRow.id))
+        rows = [(workload, info, row) for workload, info, row in rows if (info or {}).get("saved")]
+        selected = {m["workload"] for m in _selected([{"suite": workload.partition("/")[0], "workload": workload}
+                                                       for workload, _, _ in rows], suites, pattern)}
         for workload, info, row in rows:
-            if not (info or {}).get("saved") or not _selected({"suite": workload.partition("/")[0],
-                                                              "workload": workload}, suites, pattern):
+            if workload not in selected:
                 continue
             producer = target_dict(targets.Target(spec=row.spec, kind=row.kind, name=row.name, version=row.version,
                                                   commit=row.commit, wheel_sha256=row.wheel_sha256,
@@ -593,10 +588,8 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
     manifests that could not be read, each an `unreadable` entry; `unsaved` the formats the producers saved
     nothing of (`unsaved_entries`), shown beside the models that were checked.
     """
-    from modelci import workflow
-
     consumer = target_dict(target)
-    scratch = Path(tempfile.mkdtemp(prefix="compat-", dir=workflow._scratch_root(config)))
+    scratch = Path(tempfile.mkdtemp(prefix="compat-", dir=steps.scratch_root(config)))
     try:
         entries = [CompatEntry(workload="(unreadable manifest)", format="", producer={"label": "?"},
                                consumer=consumer, direction=direction, outcome="unreadable", error=p["error"])
@@ -699,7 +692,7 @@ def check_in(config: Any, consumer: dict[str, Any], env: Any, manifests: list[di
                       f"{manifest['producer'].get('label')}")
 
     done = run_jobs(env.python, suites, jobs, folder, timeout=config.timeout, paths=getattr(env, "paths", []),
-                    threads=int(config.values.get("threads") or 0), on_job=started) if jobs else {}
+                    threads=config.threads, on_job=started) if jobs else {}
     for job in jobs:
         manifest = manifests[job["index"]]
         entries[job["index"]] = judge(config, manifest, consumer, direction, done[job["index"]],
@@ -711,16 +704,14 @@ def _consumer_env(config: Any, consumer: dict[str, Any], env: Any, manifests: li
                   progress: Any) -> Any:
     """The consumer's environment, with what the workloads needed besides the framework when they were
     recorded (as `run` adds them); a workload that needs more now fails to import, and says so."""
-    from modelci import workflow
-
     target = targets.resolve(consumer["spec"], cache_dir=config.cache_dir)
     if env is None:
-        env = workflow.environment_for(config, target, log=progress.note)
+        env = steps.environment_for(config, target, log=progress.note)
     needs = [SimpleNamespace(requires=m.get("requires") or [], framework=m.get("framework") or "") for m in manifests]
-    extra = workflow.missing_requirements(env, needs, {target.name: target.version or ""} if env.paths else None)
+    extra = steps.missing_requirements(env, needs, {target.name: target.version or ""} if env.paths else None)
     if extra and consumer.get("kind") != "current":
         progress.note(f"the workloads also need {', '.join(extra)}")
-        env = workflow.environment_for(config, target, extra, log=progress.note)
+        env = steps.environment_for(config, target, extra, log=progress.note)
     return env
 
 

@@ -1,17 +1,20 @@
 """Configuration: `modelci.toml` or `[tool.modelci]` in pyproject.toml, `MODELCI_*` variables, CLI flags.
 
-Each option is declared once, with its type, default, variable and help (docs/design.md: nox `_option_set`).
+Each option is declared once, as a typed field of the frozen `Config` with its default, range and help
+(docs/design.md: nox `_option_set`); its variable is `MODELCI_<NAME>`.
 Precedence is CLI > environment > file > default, and `Config.sources` says where each value came from.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
 import math
 import os
 import socket
 import sys
+import typing
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -24,7 +27,8 @@ import tomllib
 
 @dataclass(frozen=True)
 class Option:
-    """One top-level option: its name (the config key), type, default, environment variable and help."""
+    """One top-level option, as `Config` declares it: its name (the config key), type, default, help, and the
+    values it may take. Read from Config's fields (`OPTIONS`), never written by hand."""
 
     name: str
     type: type
@@ -42,37 +46,48 @@ class Option:
         return "MODELCI_" + self.name.upper()
 
 
-OPTIONS = [
-    Option("db", str, ".modelci/history.db", "history database: a SQLite file path or a SQLAlchemy URL"),
-    Option("artifacts", str, ".modelci/artifacts", "artifact store: a folder or any fsspec URL (s3://bucket/prefix)"),
-    Option("artifacts_options", dict, {}, "fsspec storage options of the artifact store: a TOML table, or JSON in "
-           'the variable (e.g. {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}, or {"anon": true})'),
-    Option("artifacts_readonly", bool, False, "open the artifact store read-only (e.g. a public bucket): writes are "
-           "refused, compat still reads from it"),
-    Option("cache_dir", str, "~/.cache/modelci", "where environments and built wheels are cached"),
-    Option("runner", str, socket.gethostname(), "runner label stored with every run (e.g. ci-cpu)"),
-    Option("timeout", float, 1800.0, "seconds one workload may take before it is killed and marked timeout",
-           minimum=0, above=True),
-    Option("seed", int, 0, "seed handed to every workload", minimum=0),
-    Option("repeats", int, 0, "timed inference repeats per workload (0: the workload's own setting)", minimum=0),
-    Option("python", str, sys.executable, "base interpreter for the environments"),
-    Option("threads", int, 1, "BLAS/OpenMP threads per workload (0: leave the variables as they are); a fixed count "
-                              "keeps timings comparable and numerics reproducible on a shared runner", minimum=0),
-    Option("suites", list, [], "default suites when --suite is not given (folders or zoo:NAME)"),
-    Option("isolation", str, "fork", "how each workload gets a fresh process: fork (one warm worker per environment "
-           "imports the framework once and forks a child per workload; spawn where forking is unsafe) or spawn "
-           "(a new interpreter per workload)", choices=("fork", "spawn")),
-]
-OPTION_BY_NAME = {o.name: o for o in OPTIONS}
-PATH_OPTIONS = ("db", "artifacts")
+def option(default: Any, help: str, *, choices: tuple = (), minimum: float | None = None,
+           above: bool = False) -> Any:
+    """Declare a top-level option as a field of `Config`: its default, help and range; its type is the field's.
+    `modelci config`, the starter file, the `MODELCI_*` variables and the checks of every value come from it."""
+    metadata = {"help": help, "choices": choices, "minimum": minimum, "above": above}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
-    """The resolved configuration. `sources[name]` is "default", "file:PATH", "env:VAR" or "cli"."""
+    """The resolved configuration: each top-level option a typed field, declared once here with its default,
+    range and help, and read one way (`config.threads`). `sources[name]` is "default", "file:PATH", "env:VAR"
+    or "cli". Frozen: a changed setting is a new Config (`dataclasses.replace`)."""
 
-    values: dict[str, Any]
-    sources: dict[str, str]
+    db: str = option(".modelci/history.db", "history database: a SQLite file path or a SQLAlchemy URL")
+    artifacts: str = option(".modelci/artifacts", "artifact store: a folder or any fsspec URL (s3://bucket/prefix)")
+    artifacts_options: dict[str, Any] = option(
+        {}, "fsspec storage options of the artifact store: a TOML table, or JSON in the variable "
+            '(e.g. {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}, or {"anon": true})')
+    artifacts_readonly: bool = option(False, "open the artifact store read-only (e.g. a public bucket): writes are "
+                                             "refused, compat still reads from it")
+    cache_dir: str = option("~/.cache/modelci", "where environments and built wheels are cached")
+    runner: str = option(socket.gethostname(), "runner label stored with every run (e.g. ci-cpu)")
+    timeout: float = option(1800.0, "seconds one workload may take before it is killed and marked timeout",
+                            minimum=0, above=True)
+    seed: int = option(0, "seed handed to every workload", minimum=0)
+    repeats: int = option(0, "timed inference repeats per workload (0: the workload's own setting)", minimum=0)
+    python: str = option(sys.executable, "base interpreter for the environments")
+    threads: int = option(1, "BLAS/OpenMP threads per workload (0: leave the variables as they are); a fixed count "
+                             "keeps timings comparable and numerics reproducible on a shared runner", minimum=0)
+    suites: list[str] = option([], "default suites when --suite is not given (folders or zoo:NAME)")
+    isolation: str = option("fork", "how each workload gets a fresh process: fork (one warm worker per environment "
+                                    "imports the framework once and forks a child per workload; spawn where forking "
+                                    "is unsafe) or spawn (a new interpreter per workload)", choices=("fork", "spawn"))
+    progress_every: float = option(30.0, "seconds between the `still ...` lines of a long step (an environment "
+                                         "build, a workload) when the output is not a terminal", minimum=0,
+                                   above=True)
+
+    # --- the tables of the file, already checked ---------------------------------------------------------
+    sources: dict[str, str] = field(default_factory=dict)
     checks: dict[str, Any] = field(default_factory=dict)
     overrides: list[dict[str, Any]] = field(default_factory=list)
     #: [[policy]] (per-metric KPI objects), [[allow]], [[notify]] and [alarms]: see modelci.alarms.settings
@@ -84,12 +99,6 @@ class Config:
     env: dict[str, Any] = field(default_factory=dict)
     file: Path | None = None
     root: Path = field(default_factory=Path.cwd)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["values"][name]
-        except KeyError:
-            raise AttributeError(name) from None
 
     def policy_for(self, workload: str) -> Callable[[str], Any]:
         """A function metric -> Policy for one workload: the [checks] defaults, then matching overrides and
@@ -109,6 +118,25 @@ class Config:
             return Policy(**settings)
 
         return policy
+
+
+def _options() -> list[Option]:
+    hints = typing.get_type_hints(Config)
+    found = []
+    for f in dataclasses.fields(Config):
+        if "help" not in f.metadata:
+            continue
+        kind = typing.get_origin(hints[f.name]) or hints[f.name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        found.append(Option(f.name, kind, default, f.metadata["help"], f.metadata["choices"], f.metadata["minimum"],
+                            f.metadata["above"]))
+    return found
+
+
+#: every top-level option, in declaration order, read from Config's fields
+OPTIONS = _options()
+OPTION_BY_NAME = {o.name: o for o in OPTIONS}
+PATH_OPTIONS = ("db", "artifacts")
 
 
 def find_file(start: Path) -> tuple[Path | None, dict[str, Any]]:
@@ -179,7 +207,7 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     overrides = validate_overrides(data.get("overrides", []), where)
     from modelci.alarms import settings as alarm_settings
 
-    return Config(values=values, sources=sources, checks=checks, overrides=overrides, file=path, root=root,
+    return Config(**values, sources=sources, checks=checks, overrides=overrides, file=path, root=root,
                   env=validate_env(data.get("env", {}), f"{where}: [env]", root),
                   policies=alarm_settings.validate_policy_entries(data.get("policy", []), where, validate_policy),
                   allow=alarm_settings.validate_allow(data.get("allow", []), where, today or date.today()),

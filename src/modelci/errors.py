@@ -11,3 +11,7 @@ class HarnessError(UserError):
     """The harness itself could not run (uv missing, store unreadable). Exit code 3."""
 
     exit_code = 3
+
+
+class BisectRefused(UserError):
+    """A bisect's ends do not bracket a change (the good end is not good, or the bad end is not bad)."""

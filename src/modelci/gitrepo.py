@@ -9,7 +9,6 @@ once `<sha>.ok` sits beside it (docs/design.md: "Mark a cache valid only once it
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from modelci import locks
 from modelci.errors import HarnessError, UserError
 
 GIT_TIMEOUT = 900
@@ -228,12 +228,8 @@ class GitRepo:
         """One process at a time changes the mirror (fetch, worktree add): git's own locks would make a second
         one fail rather than wait."""
         self.mirror.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.mirror.with_name(self.mirror.name + ".lock"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with locks.exclusive(self.mirror.with_name(self.mirror.name + ".lock")):
+            yield
 
 
 def _git_reason(stderr: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 #: result statuses (docs/design.md, "Conventions")
 STATUSES = ("ok", "failed", "crashed", "timeout", "skipped", "error")
@@ -32,6 +32,47 @@ class Metric:
         return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+class ResultInfo(TypedDict, total=False):
+    """What a result says about how it was measured (`Result.info`): every key any step writes, declared here
+    with its type. Stored as JSON with the result (`results.info`), so a key is only ever added; a reader of an
+    older row finds fewer keys, never other ones."""
+
+    # -- written by the child (workload/child.py) --------------------------------------------------------
+    #: top-level module -> {"version", "file"}: proof of which framework build ran
+    modules: dict[str, dict[str, str]]
+    #: the saved-model entries of each format the workload saved (compat reads them)
+    saved: list[dict[str, Any]]
+    python: str
+    #: the device the workload ran on ("cpu", "cuda:0"), and the framework helper's versions of its stack
+    device: str
+    versions: dict[str, str]
+    #: a `devices > 1` workload: how many ranks, how they started ("fork" | "spawn") and why not forked
+    world_size: int
+    ranks: str
+    ranks_reason: str
+    #: whether the timed inference repeats gave bit-identical outputs
+    infer_repeatable: bool
+    #: bytes of the resident set at the end: {"anon", "file", "shmem"}
+    rss_end: dict[str, int]
+    # -- written by the executor (execute/forked.py) -------------------------------------------------------
+    #: "fork" or "spawn", and why a workload did not fork when it was meant to
+    isolation: str
+    isolation_reason: str
+    worker_rss: int
+    # -- written by the workflow ---------------------------------------------------------------------------
+    #: the harness settings it was measured with (seed, threads, repeats): what stored results are reused by
+    settings: dict[str, int]
+    #: a git target that did not build: the commit and the build plan's text
+    build_failed: bool
+    commit: str
+    build: str
+    # -- read back from the store, or made by a bisect's compat probe ---------------------------------------
+    #: the stored findings of the result (`modelci show`)
+    findings: list[dict[str, Any]]
+    #: a compat probe: "<format> saved by <producer>" -> the outcome of loading it
+    compat: dict[str, str]
+
+
 @dataclass
 class Result:
     """One workload's outcome in a run, as executed or as loaded from the store."""
@@ -48,8 +89,8 @@ class Result:
     metrics: dict[str, Metric] = field(default_factory=dict)
     #: output name -> numpy array (loaded lazily when the result comes from the store)
     outputs: Mapping[str, Any] = field(default_factory=dict)
-    #: what the child saw: module versions and files, bit-reproducibility, saved-model entries
-    info: dict[str, Any] = field(default_factory=dict)
+    #: what the child saw: module versions and files, bit-reproducibility, saved-model entries (ResultInfo)
+    info: ResultInfo = field(default_factory=dict)  # type: ignore[assignment]
     #: set once stored
     id: int | None = None
     #: the stored run it belongs to, when loaded from the history

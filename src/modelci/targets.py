@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from modelci.errors import UserError
 
@@ -43,21 +44,53 @@ class Target:
 
     @property
     def label(self) -> str:
-        """A short human name: `numpy==2.0.0`, `fakefw==1.1 (wheel ab12cd34)`, `current`."""
-        if self.kind == "current":
-            return "current"
-        text = f"{self.name}=={self.version}" if self.version else self.name if self.kind == "git" else self.spec
-        if self.commit:
-            text += f"@{self.commit[:10]}"
-        elif self.wheel_sha256:
-            text += f" (wheel {self.wheel_sha256[:8]})"
-        return text
+        """A short human name: `numpy==2.0.0`, `fakefw==1.1 (wheel ab12cd34)`, `current` (see `label`)."""
+        return label(self.kind, self.name, self.version, self.commit, self.wheel_sha256, self.spec)
 
     def identity(self) -> dict[str, str]:
         """The fields that make two targets the same build, as the store keeps them ("" for absent)."""
         fields = {"kind": self.kind, "name": self.name, "version": self.version, "commit": self.commit,
                   "wheel_sha256": self.wheel_sha256}
         return {key: value or "" for key, value in fields.items()}
+
+
+def label(kind: str, name: str, version: str | None, commit: str | None, wheel_sha256: str | None,
+          spec: str) -> str:
+    """The short name users see for a target, from the fields the store keeps: `numpy==2.0.0`,
+    `fakefw==1.1 (wheel ab12cd34)`, `torch==2.5@0123456789`, `fakefw@0123456789` (a commit whose version is
+    not known), `current`.
+
+    The one place a target is named: the console, the history, the alarms and the dashboard all call it, so one
+    target has one name everywhere.
+    """
+    if kind == "current":
+        return "current"
+    text = f"{name}=={version}" if version else name if kind == "git" and name else spec
+    if commit:
+        text += f"@{commit[:10]}"
+    elif wheel_sha256:
+        text += f" (wheel {wheel_sha256[:8]})"
+    return text
+
+
+def parse_version(text: str | None) -> Version | None:
+    """A release version without its local part (`2.1.0+git.ab12` -> 2.1.0); None when absent or unparsable."""
+    if not text:
+        return None
+    try:
+        return Version(Version(text).public)
+    except InvalidVersion:
+        return None
+
+
+def order_key(version: str | None, commit_date: str | None, first_run: int, target_id: int = 0) -> tuple:
+    """Sort key of a stored target in release order: its version (the public part, so local `+git...` tags do not
+    sort by hash; none or unparsable sorts as 0), then its commit date, then its first run's id, then its own id.
+
+    The one target order: baselines, `modelci history`, the alarms' change points and the dashboard's trends all
+    sort by it, so they agree on which target came first.
+    """
+    return parse_version(version) or Version("0"), commit_date or "", first_run, target_id
 
 
 def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:

@@ -6,39 +6,31 @@
 
 from __future__ import annotations
 
-import fnmatch
+import hashlib
 import math
 import shutil
-import sysconfig
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
-import modelci
-from modelci import builds, cancel, checks, envs, targets
+from modelci import builds, cancel, checks, envs, steps, targets
 from modelci.config import Config
 from modelci.errors import UserError
-from modelci.execute import forked, local
+from modelci.execute import forked
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
-from modelci.workload import frameworks
 
 if TYPE_CHECKING:
     from modelci.store import Store
 
 # The store, and what reads it (calibrate, compat, the alarm step), are imported where they are used: SQLAlchemy
-# and the rest take 0.5 s, which `run` spends while its worker imports the framework.
-
-ZOO = Path(modelci.__file__).resolve().parent / "zoo"
+# and the rest take 0.5 s, which `run` spends while its worker imports the framework. The steps that `compat`,
+# `calibrate` and `bisect` share with `run` are in `modelci.steps`, below all of them.
 
 
 class Interrupted(Exception):
@@ -49,8 +41,6 @@ class Interrupted(Exception):
     """
 
     def __init__(self, run_id: int | None, outcome: RunOutcome | None = None):
-        from modelci import cancel
-
         how = f"interrupted by {cancel.signal_name()}"
         super().__init__(f"{how}; run {run_id} stored as interrupted" if run_id else how)
         self.run_id = run_id
@@ -94,173 +84,6 @@ class RunOutcome:
         return [c.result for c in self.comparisons]
 
 
-def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
-    """Suite specs (`zoo:NAME` or a folder) to name -> folder; a missing one is a UserError."""
-    if not specs:
-        raise UserError("no suite given; pass --suite zoo:numpy (or a folder of workload files), "
-                        "or set `suites` in modelci.toml")
-    suites: dict[str, Path] = {}
-    for spec in specs:
-        if spec.startswith("zoo:"):
-            name = spec[4:]
-            folder = ZOO / name
-            if not name or not folder.is_dir():
-                known = sorted(p.name for p in ZOO.iterdir() if p.is_dir() and not p.name.startswith("_"))
-                raise UserError(f"unknown built-in suite {spec!r}; built-in suites: "
-                                + ", ".join(f"zoo:{k}" for k in known))
-        else:
-            folder = (root / spec).resolve() if not Path(spec).is_absolute() else Path(spec)
-            if not folder.is_dir():
-                raise UserError(f"suite folder {spec!r} does not exist; pass a folder of workload files or zoo:NAME")
-            name = folder.name
-        if name in suites and suites[name] != folder:
-            raise UserError(f"two suites are both named {name!r} ({suites[name]} and {folder}); rename one folder")
-        suites[name] = folder
-    return suites
-
-
-def environment_for(config: Config, target: targets.Target, extra: list[str] = (), log: Any = print, *,
-                    lock: envs.lockfile.Lock | None = None, compile_bytecode: bool = True) -> envs.Environment:
-    """The environment for a target plus extra requirements, or exactly `lock`; `current` is this interpreter.
-
-    A pythonpath build of a commit gives the environment of its dependencies, shared by every commit that
-    declares the same ones, with the commit's checkout in `paths` (see builds.prepare)."""
-    cache = Path(config.cache_dir)
-    environ = _workload_environ(config)
-    if target.kind == "current" and lock is None:
-        return envs.current(cache, environ=environ)
-    index = envs.IndexConfig.from_pip()
-    index.constraints += envs.constraints.for_config(config.env, cache, sysconfig.get_platform())
-    if lock is not None:
-        if target.kind == "git":  # a pythonpath build's package is not in the lock: it goes on the path
-            builds.prepare(target, cache, python=config.python, index=index, log=log)
-        env = envs.ensure_locked(lock, target, config.python, index, cache, log=log, environ=environ,
-                                 on_path=bool(target.paths))
-        env.paths = list(target.paths)
-        return env
-    requirements = list(target.requirements)
-    if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
-        requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)
-    # a pythonpath build's dependencies are the frameworks its workloads use (a library on torch): what their
-    # helpers need goes into the first environment too, not into a second one found only at discovery
-    provided = [target.name, *(Requirement(req).name for req in requirements)] if target.paths else [target.name]
-    needs = [need for name in provided for need in helper_needs(name)]
-    extra = list(dict.fromkeys([*needs, *extra]))
-    spec = envs.EnvSpec(requirements=[*requirements, *extra], python=config.python, index=index)
-    env = envs.ensure(spec, cache, log=log, environ=environ, compile_bytecode=compile_bytecode)
-    env.paths = list(target.paths)
-    target.version = envs.installed_version(env, target.name) or target.version
-    return env
-
-
-def _static_needs(target: targets.Target, suites: dict[str, Path], pattern: str | None) -> list[str]:
-    """The selected workloads' declared needs (builds.declared_needs), less what names the target itself."""
-    own = canonicalize_name(target.name)
-    found = []
-    for text in builds.declared_needs(suites, pattern, provided=(own,)):
-        try:
-            if canonicalize_name(Requirement(text).name) != own:
-                found.append(text)
-        except ValueError:  # packaging's InvalidRequirement: discovery reports the workload's bad `requires`
-            continue
-    return found
-
-
-def helper_needs(dist: str) -> list[str]:
-    """What the environment needs next to the framework that the target `dist` provides (its helper's `needs`:
-    numpy for torch, setuptools for paddle).
-
-    Added to the first environment, because found only at discovery it cost a second environment and a second
-    worker that imported the framework again. The environment is the one discovery would have led to.
-    """
-    helper = frameworks.providing(canonicalize_name(dist))
-    return list(helper.needs) if helper else []
-
-
-def framework_requirements(framework: str, installed: Collection[str] = ()) -> list[str]:
-    """The distributions that a workload's `framework` implies: the framework's first distribution unless one of
-    its distributions is among `installed` (paddlepaddle-gpu provides paddle too), and its helper's `needs`.
-    An unknown framework implies nothing here (the workload's child reports it)."""
-    try:
-        helper = frameworks.helper_class(framework)
-    except ValueError:
-        return []
-    provided = any(dist in installed for dist in helper.distributions)
-    return [*([] if provided else helper.distributions[:1]), *helper.needs]
-
-
-def _workload_environ(config: Config) -> dict[str, str]:
-    """The variables the workloads will see (thread counts, hash seed), so the fingerprint describes them."""
-    return local.child_env(Path(config.cache_dir), config.seed, getattr(config, "threads", 0) or 0)
-
-
-def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo],
-                         provided: dict[str, str] | None = None) -> list[str]:
-    """The workloads' needs (their `requires` and their framework) that the environment does not satisfy;
-    `provided` (name -> version) is what is on the path besides it (a pythonpath build's package)."""
-    given = {canonicalize_name(name): version for name, version in (provided or {}).items()}
-    pins = {}
-    for line in env.lock.splitlines():
-        name, sep, version = line.partition("==")
-        if sep:
-            pins[canonicalize_name(name)] = version.strip()
-    pins.update({name: version for name, version in given.items() if version})
-    needed: list[str] = []
-    for workload in workloads:
-        wants = list(workload.requires)
-        wants.extend(framework_requirements(workload.framework, pins))
-        for text in wants:
-            requirement = Requirement(text)
-            have = pins.get(canonicalize_name(requirement.name))
-            if have is None and canonicalize_name(requirement.name) in given:
-                continue  # on the path, version unknown: it is the target itself
-            if (have is None or not requirement.specifier.contains(have, prereleases=True)) and text not in needed:
-                needed.append(text)
-    return sorted(needed)
-
-
-def select(found: dict[str, Any], pattern: str | None) -> tuple[list[WorkloadInfo], list[dict[str, Any]]]:
-    """Filter discovered workloads with -k (a substring, or a glob of the id or the name); none is a UserError.
-
-    A pattern that is exactly a workload's id selects that workload alone: `-k torch/LeNet` must not also run a
-    `torch/LeNetWide` (bisect and compare's confirmation name one workload this way).
-    """
-    workloads = [WorkloadInfo.from_json(w) for w in found["workloads"]]
-    errors = list(found["errors"])
-    exact = [w for w in workloads if w.id == pattern]
-    if exact:
-        return exact, []
-    if pattern:
-        def match(text: str) -> bool:
-            return fnmatch.fnmatchcase(text, pattern) if any(c in pattern for c in "*?[") else pattern in text
-
-        workloads = [w for w in workloads if match(w.id) or match(w.name)]
-        matched_errors = [e for e in errors if match(Path(e["file"]).stem) or match(e["suite"])]
-        # a workload that -k names may sit in a file that failed to import: then show every import error
-        errors = matched_errors if workloads or matched_errors else errors
-        if not workloads and not errors:
-            names = ", ".join(w["id"] for w in found["workloads"]) or "none"
-            raise UserError(f"-k {pattern!r} matches no workload; the suites hold: {names}")
-    return workloads, errors
-
-
-def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloads: list[WorkloadInfo]) -> list[Result]:
-    """Import failures and empty suites as `error` results, so they are stored and never pass."""
-    results = []
-    for error in errors:
-        where = f"{error['file']}, line {error['line']}" if error.get("line") else error["file"]
-        results.append(Result(workload=error.get("workload") or f"{error['suite']}/{Path(error['file']).name}",
-                              status="error",
-                              reason=f"{where}: {error['message']}", traceback=error.get("traceback", ""),
-                              code_hash=error.get("code_hash", "")))
-    for name, folder in suites.items():
-        if not any(w.suite == name for w in workloads) and not any(e["suite"] == name for e in errors):
-            results.append(Result(workload=f"{name}/(suite)", status="error",
-                                  reason=f"suite {name!r} ({folder}) yields no workloads; a suite must define at "
-                                         "least one modelci.Workload subclass"))
-    return results
-
-
 def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
         reuse: bool = False, progress: Any = None, command: str = "", lock: str | None = None,
         alarms: bool = True, judge: bool = True, purpose: str = "", parent_run_id: int | None = None,
@@ -281,33 +104,33 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     from modelci.report.console import Progress
 
     progress = progress or Progress()
-    suites = resolve_suites(suite_specs, config.root)
+    suites = steps.resolve_suites(suite_specs, config.root)
     locked = envs.lockfile.read(lock) if lock else None
     target = targets.resolve(target_spec or envs.locked_target(locked), cache_dir=config.cache_dir)
     shared = store
     if shared is None:
-        if config.values.get("artifacts_readonly"):  # refused before the run starts, not after it
-            _open_store(config)
-        check_artifacts(config)  # a bad URL, a folder under a file, missing credentials: before the environment
+        if config.artifacts_readonly:  # refused before the run starts, not after it
+            steps.open_store(config)
+        steps.check_artifacts(config)  # a bad URL, a folder under a file, missing credentials: before the environment
     progress.note(f"target {target.spec}: preparing the environment")
     timings: dict[str, float] = {}
     try:
-        with _timed(timings, "environment"):
+        with _timed(timings, "environment"), progress.step(f"preparing the environment of {target.label}"):
             # a git target's first environment already holds the suite's pins: discovery runs there, and a
             # dependency of the commit must not pull a default build of what the suite pins (torch) first
-            early = _static_needs(target, suites, pattern) if target.kind == "git" and locked is None else []
-            env = environment_for(config, target, early, log=progress.note, lock=locked,
-                                  compile_bytecode=compile_bytecode)
+            early = steps.static_needs(target, suites, pattern) if target.kind == "git" and locked is None else []
+            env = steps.environment_for(config, target, early, log=progress.note, lock=locked,
+                                        compile_bytecode=compile_bytecode)
     except builds.BuildError as exc:  # a commit that does not build gives error results, not a stopped run
-        return builds.failed_outcome(config, shared or _open_store(config), target, exc, suites, suite_specs,
-                                     pattern, command, alarms=alarms)
-    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root(config)))
+        return failed_build(config, shared or steps.open_store(config), target, exc, suites, suite_specs, pattern,
+                            command, alarms=alarms)
+    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=steps.scratch_root(config)))
     executor = _executor(config, env, scratch, pool)
     try:
         # the worker imports the framework while this process opens the store and imports the later steps
         executor.start(suites)
         with _timed(timings, "store"):
-            store = shared or _open_store(config)
+            store = shared or steps.open_store(config)
             from modelci import compat
             from modelci.alarms import hooks as alarm_hooks
             from modelci.store.schema import utcnow
@@ -317,21 +140,21 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         if preloading is not None:
             with _timed(timings, "store"):
                 preloading.join()  # before any workload runs: an import beside one would disturb its timings
-        workloads, errors = select(found, pattern)
-        extra = missing_requirements(env, workloads, {target.name: target.version or ""} if env.paths else None)
+        workloads, errors = steps.select(found, pattern)
+        extra = steps.missing_requirements(env, workloads, {target.name: target.version or ""} if env.paths else None)
         if extra and locked is not None:
             raise UserError(f"the workloads need {', '.join(extra)}, which the lock {lock} does not hold; "
                             "lock an environment that has them")
         if extra and target.kind != "current":
             progress.note(f"the workloads also need {', '.join(extra)}")
-            with _timed(timings, "environment"):
-                env = environment_for(config, target, [*early, *extra], log=progress.note,
-                                      compile_bytecode=compile_bytecode)
+            with _timed(timings, "environment"), progress.step(f"adding {', '.join(extra)} to the environment"):
+                env = steps.environment_for(config, target, [*early, *extra], log=progress.note,
+                                            compile_bytecode=compile_bytecode)
             _finish(executor, pool)
             executor = _executor(config, env, scratch, pool)
         outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner, timings=timings)
         all_found = [WorkloadInfo.from_json(w) for w in found["workloads"]]
-        results = error_results(errors, suites, all_found)
+        results = steps.error_results(errors, suites, all_found)
         with _timed(timings, "execute"):
             results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch, results,
                                                     reuse, progress, executor=executor)
@@ -361,6 +184,37 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def failed_build(config: Config, store: Store, target: targets.Target, error: builds.BuildError,
+                 suites: dict[str, Path], suite_specs: list[str], pattern: str | None, command: str = "", alarms: bool = True) -> RunOutcome:
+    """Store an `error` result, with the build log tail, for every selected workload of a target that did not
+    build, judge them like any result, and return the workflow's RunOutcome.
+
+    With `alarms`, the alarm step runs as after any run: the failed build opens (or updates) the alarm of the
+    repository's `build` series and notifies, the loudest regression there is (`alarms.hooks.build_series`).
+    """
+    from modelci.store.schema import utcnow
+
+    started = utcnow()
+    digest = hashlib.sha256(f"{target.commit}:{target.build}:{target.subdirectory}".encode()).hexdigest()[:16]
+    # no environment exists; this record stands for the one that could not be made
+    env = envs.Environment(id=f"unbuilt-{digest}", path=None, python=Path(config.python), spec=None, lock="",
+                           fingerprint={}, isolated=True)
+    info = {"build_failed": True, "commit": target.commit, "build": builds.BuildPlan.parse(target.build).text}
+    results = [Result(workload=workload_id, status="error", reason=str(error).splitlines()[0],
+                      stderr_tail=error.log_tail, code_hash=code_hash, info=dict(info))
+               for workload_id, code_hash in builds.declared_workloads(suites, pattern)]
+    outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner)
+    outcome.run_id = store.ingest(target=target, environment=env, runner=config.runner, results=results,
+                                  status="complete", suites=suite_specs, selection=pattern or "",
+                                  command=command, started_at=started)
+    outcome.comparisons = evaluate(config, store, target, results)
+    if alarms:
+        from modelci.alarms import hooks as alarm_hooks
+
+        outcome.alarms = alarm_hooks.after_run(config, store, outcome)
+    return outcome
+
+
 def _unjudged(outcome: RunOutcome, results: list[Result]) -> RunOutcome:
     """The outcome of a cancelled run: what finished, with no baseline or findings, marked interrupted."""
     outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in results]
@@ -380,7 +234,7 @@ def _after_ingest(config: Config, store: Store, target: targets.Target, env: env
     with _timed(timings, "compat"):
         compat.record_saved_models(store, target, env, results, seed=config.seed, suites=suites,
                                    workloads=workloads, scratch=scratch, runner=config.runner,
-                                   threads=config.values.get("threads", 0), executor=executor)
+                                   threads=config.threads, executor=executor)
     _finish(executor, pool)
     fresh = {id(r) for r in results if not r.reused}
     if not judge:
@@ -416,27 +270,6 @@ def _preload(segments: bool) -> None:
         pass  # imports them again, and reports a broken install there
 
 
-def check_artifacts(config: Config) -> None:
-    """That the configured artifact store opens and takes writes (ArtifactStore.check_usable); a UserError if not.
-
-    Checked before the environment is built and any workload runs: a store that cannot take the run's outputs
-    used to fail only at the ingest, with a traceback, after every workload had run.
-    """
-    from modelci.store.artifacts import ArtifactStore
-
-    ArtifactStore(config.artifacts, config.values.get("artifacts_options"),
-                  bool(config.values.get("artifacts_readonly"))).check_usable()
-
-
-def _open_store(config: Config) -> Store:
-    """The history store, refusing one opened read-only: a run must be able to store what it measures."""
-    from modelci.store import Store
-
-    store = Store.from_config(config)
-    store.artifacts.check_writable()
-    return store
-
-
 @contextmanager
 def _timed(timings: dict[str, float], step: str) -> Any:
     """Add the seconds the block takes to `timings[step]` (what the harness costs, per step)."""
@@ -453,7 +286,7 @@ def _executor(config: Config, env: envs.Environment, scratch: Path, pool: Worker
     if pool is not None:
         return pool.acquire(config, env, scratch)
     return forked.Executor(env.python, scratch, seed=config.seed, threads=config.threads,
-                           isolation=config.values.get("isolation", "fork"), start_timeout=config.timeout,
+                           isolation=config.isolation, start_timeout=config.timeout,
                            paths=env.paths)
 
 
@@ -477,7 +310,7 @@ class WorkerPool:
     """
 
     def __init__(self, config: Config):
-        self.root = Path(tempfile.mkdtemp(prefix="pool-", dir=_scratch_root(config)))
+        self.root = Path(tempfile.mkdtemp(prefix="pool-", dir=steps.scratch_root(config)))
         self._idle: dict[tuple, list[forked.Executor]] = {}
         self._busy: dict[int, tuple] = {}
         self._all: list[forked.Executor] = []
@@ -496,7 +329,7 @@ class WorkerPool:
 
     def acquire(self, config: Config, env: envs.Environment, scratch: Path) -> forked.Executor:
         """An idle executor of this environment rebound to the run (its worker still warm), or a new one."""
-        isolation = config.values.get("isolation", "fork")
+        isolation = config.isolation
         key = (str(env.python), config.seed, config.threads, isolation, config.timeout)
         with self._lock:
             idle = self._idle.get(key) or []
@@ -541,12 +374,6 @@ class WorkerPool:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _scratch_root(config: Config) -> Path:
-    root = Path(config.cache_dir) / "scratch"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 def _execute(config: Config, store: Store, target: targets.Target, env: envs.Environment,
              suites: dict[str, Path], workloads: list[WorkloadInfo], scratch: Path, results: list[Result],
              reuse: bool, progress: Any, executor: forked.Executor | None = None) -> tuple[list[Result], int, bool]:
@@ -578,9 +405,9 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
             results.append(result)
             progress.done(workload.id, result)
     except KeyboardInterrupt:
-        progress.stop()
         return results, reused, True
-    progress.stop()
+    finally:
+        progress.stop()
     return results, reused, False
 
 
@@ -589,6 +416,27 @@ def measured_with(config: Config) -> dict[str, int]:
     (timings, and outputs where reductions are split) and the repeats (the timing samples). A stored result is
     reused only for the same ones."""
     return {"seed": config.seed, "threads": config.threads, "repeats": config.repeats}
+
+
+def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
+              runs: int = 5, progress: Any = None, command: str = "") -> Any:
+    """Run the selection `runs` times on one target (each a stored run) and store its noise profile
+    (modelci.calibrate): a calibrate.CalibrationOutcome."""
+    from modelci import calibrate as noise
+    from modelci.store import Store
+
+    if runs < 2:
+        raise UserError(f"--runs {runs}: noise needs at least 2 runs (default 5)")
+    outcomes = [run(config, target_spec, suite_specs, pattern, progress=progress, command=command)
+                for _ in range(runs)]
+    last = outcomes[-1]
+    per_run = [{r.workload: r for r in o.results if r.status == "ok"} for o in outcomes]
+    outcome = noise.CalibrationOutcome(target=last.target, environment=last.environment, runner=config.runner,
+                                       run_ids=[o.run_id for o in outcomes if o.run_id is not None],
+                                       entries=noise.measure(per_run),
+                                       failures=[r for o in outcomes for r in o.results if r.status != "ok"])
+    noise.save(Store.from_config(config), outcome)
+    return outcome
 
 
 def policy_for(config: Config, store: Store, workload: str) -> Any:
@@ -703,7 +551,7 @@ def _compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], p
     side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command,
                  alarms=False, judge=False)
     sides.append(side_a)
-    store = _open_store(config)  # one history for B, the judging and the confirmation runs
+    store = steps.open_store(config)  # one history for B, the judging and the confirmation runs
     side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command,
                  alarms=False, judge=False, store=store)
     sides.append(side_b)

@@ -11,14 +11,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from packaging.version import InvalidVersion, Version
 from sqlalchemy import case, func, select
 
 from modelci.checks.policy import Finding, Policy, decided, json_number
 from modelci.store.schema import MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow
+from modelci.targets import label as target_label, order_key
 
 if TYPE_CHECKING:  # ruptures and scipy.stats take seconds to import: only detection pays for them
     from modelci.checks import history
@@ -72,28 +71,6 @@ class SeriesChange:
                        gating=False)
 
 
-def target_order(row: Any) -> tuple:
-    """Sort key of a target: its release version (the public part, so local `+git...` tags do not sort
-    lexically), then its commit date, then when it was first run. No version sorts as 0."""
-    try:
-        version = Version(Version(row.version).public) if row.version else Version("0")
-    except InvalidVersion:
-        version = Version("0")
-    return version, row.commit_date or "", row.first_started or datetime.min
-
-
-def target_label(row: Any) -> str:
-    """The short name of a stored target: `fakefw==1.1`, with the commit or wheel hash when there is one."""
-    if row.kind == "current":
-        return "current"
-    text = f"{row.name}=={row.version}" if row.version else row.spec
-    if row.commit:
-        return f"{text}@{row.commit[:10]}"
-    if row.wheel_sha256:
-        return f"{text} (wheel {row.wheel_sha256[:8]})"
-    return text
-
-
 def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] | None = None,
                 metric: str | None = None) -> list[Series]:
     """Every series of the history (or of one runner, some workloads, one metric), from ok results of complete
@@ -123,7 +100,7 @@ def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] 
             if key not in shapes:
                 shapes[key] = (kind, unit)
         ids = {tid for per_target in points.values() for tid in per_target}
-        first = func.min(RunRow.started_at).label("first_started")
+        first = func.min(RunRow.id).label("first_run")
         targets = session.execute(
             select(TargetRow.id, TargetRow.kind, TargetRow.name, TargetRow.version, TargetRow.commit,
                    TargetRow.commit_date, TargetRow.wheel_sha256, TargetRow.spec, first)
@@ -131,8 +108,10 @@ def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] 
             .group_by(TargetRow.id)
         ).all() if ids else []
     rows = {row.id: row for row in targets}
-    order = {tid: target_order(row) for tid, row in rows.items()}  # parsing versions is the slow part: once each
-    labels = {tid: target_label(row) for tid, row in rows.items()}
+    # parsing versions is the slow part: once each
+    order = {tid: order_key(row.version, row.commit_date, row.first_run, tid) for tid, row in rows.items()}
+    labels = {tid: target_label(row.kind, row.name, row.version, row.commit, row.wheel_sha256, row.spec)
+              for tid, row in rows.items()}
     series = []
     for key in sorted(points):
         ordered = sorted(points[key], key=order.__getitem__)

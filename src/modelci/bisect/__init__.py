@@ -229,6 +229,9 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
     rounds = 1
     while not search.done:
         batch = search.next_probes(jobs)
+        # a probe may build a commit and an environment: say what runs before minutes of it
+        log(f"probing {', '.join(space.describe(item) for item in batch)} (round {rounds}, "
+            f"{len(search.remaining())} candidates left)")
         ran = prober.run(batch, round=rounds)
         outcomes = {}
         for item in batch:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelci.errors import UserError
+from modelci.errors import BisectRefused, UserError
 from modelci.records import Result
 
 #: the check's name, as `--check` spells it
@@ -148,8 +148,6 @@ def evidence(good: Result, bad: Result, good_label: str, bad_label: str, *, what
              at: str = "") -> str:
     """Why the ends bracket a compat break; raises BisectRefused when they do not. `what`, `loads` and `at` word
     it for a forward bisect (each probe's own models into a consumer)."""
-    from modelci.bisect.judge import BisectRefused
-
     if good.status != "ok":
         what = what or f"the producer's models of {good.workload} do not load there"
         raise BisectRefused(f"the good end {good_label} is not good: {what} ({good.reason}); pick a good end where "

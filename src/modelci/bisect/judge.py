@@ -15,17 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelci import checks
-from modelci.errors import UserError
+from modelci.bisect import compat_probe
+from modelci.errors import BisectRefused, UserError
 from modelci.records import Result
 
 #: the checks bisect can follow, in the order it picks one when both ends differ in several
 CHECKS = ("status", "precision", "curve", "memory", "timing")
 #: checks whose measurements are noisy: their boundary is re-run before a culprit is reported
 NOISY = ("timing", "memory")
-
-
-class BisectRefused(UserError):
-    """The ends do not bracket a regression (the good end is not good, or the bad end is not bad)."""
 
 
 @dataclass
@@ -124,9 +121,7 @@ def split(criterion: Criterion, ratio: float | None = None) -> None:
 def verdict(criterion: Criterion, result: Result | None) -> tuple[str, str, dict[str, Any]]:
     """("good" | "bad" | "skip", why, numbers) for one probe's result; no result at all is a skip."""
     if criterion.check == "compat":  # the probe loaded the producer's saved models: see compat_probe
-        from modelci.bisect.compat_probe import verdict as compat_verdict
-
-        return compat_verdict(result)
+        return compat_probe.verdict(result)
     if result is None:
         return "skip", "no result for the workload", {}
     first_line = result.reason.splitlines()[0] if result.reason else ""

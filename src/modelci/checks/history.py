@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from modelci.checks.stats import mann_whitney
+
 # ruptures and scipy are imported where they are used: together they take over a second to import, and the
 # check after every run needs ruptures only once a series has MIN_POINTS_FOR_ESTIMATE points before its tail
 
@@ -781,7 +783,7 @@ def _compare(
     before_mean, after_mean = levels or (float(before.mean()), float(after.mean()))
     before_sd, after_sd = float(before.std(ddof=1)), float(after.std(ddof=1))
     magnitude = _relative(before_mean, after_mean)
-    p_value = _mann_whitney(x[start:cut], x[cut:end], alternative)
+    p_value = mann_whitney(x[start:cut], x[cut:end], alternative)
     label = labels[cut]
     evidence = _evidence(metric, unit, label, "level" if levels else "mean", before_mean, before_sd, after_mean, after_sd,
                          after_mean - before_mean, noise_sd, p_value)
@@ -799,16 +801,6 @@ def _compare(
         noise_sd=noise_sd,
         rule=f"{rule}, Mann-Whitney p={p_value:.1g}" if rule else "",
     )
-
-
-def _mann_whitney(before: np.ndarray, after: np.ndarray, alternative: str = "two-sided") -> float:
-    """Mann-Whitney U p-value (``alternative`` as scipy's, "less": before < after); 1.0 when every value is equal
-    (scipy would divide by zero)."""
-    if np.all(before == before[0]) and np.all(after == before[0]):
-        return 1.0
-    from scipy import stats
-
-    return float(stats.mannwhitneyu(before, after, alternative=alternative).pvalue)
 
 
 def _noise_for(

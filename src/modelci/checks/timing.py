@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from modelci.checks.policy import Finding, Policy, decided, json_number, number_text, skip_head
+from modelci.checks.stats import mann_whitney
 
 #: below this many samples on a side the rank test cannot reach p < 0.05, so only the factor decides
 MIN_SAMPLES_FOR_TEST = 3
@@ -59,11 +60,8 @@ def compare_samples(
         numbers["test"] = "factor-only"
         significant = True
     else:
-        # scipy.stats takes seconds to import; only a comparison that reaches the test should pay for it
-        from scipy.stats import mannwhitneyu
-
         current_higher = (direction == "worse") == lower_is_better
-        p_value = float(mannwhitneyu(cur, base, alternative="greater" if current_higher else "less").pvalue)
+        p_value = mann_whitney(cur, base, alternative="greater" if current_higher else "less")
         numbers["p_value"] = p_value
         significant = p_value < alpha
     if direction == "worse" and worse_ratio > factor and significant:

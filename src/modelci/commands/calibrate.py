@@ -18,12 +18,13 @@ def main(args, cfg) -> int:
     from modelci.envs import pipconfig
 
     pipconfig.prefetch()  # pip answers while the imports below run
-    from modelci import calibrate, workflow
+    from modelci import workflow
     from modelci.report import console as views
 
     try:
-        outcome = calibrate.calibrate(cfg, args.target, args.suite or cfg.suites, args.pattern, runs=args.runs,
-                                      progress=views.Progress(quiet=args.quiet), command=args.command_line)
+        outcome = workflow.calibrate(cfg, args.target, args.suite or cfg.suites, args.pattern, runs=args.runs,
+                                     progress=views.Progress(quiet=args.quiet, every=cfg.progress_every),
+                                     command=args.command_line)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         return EXIT_INTERRUPTED

@@ -35,8 +35,8 @@ def main(args, cfg) -> int:
     prepare_report_files(args)
     try:
         outcome = workflow.compare(cfg, args.a, args.b, args.suite or cfg.suites, args.pattern, rerun=args.rerun,
-                                   progress=views.Progress(quiet=args.quiet), command=args.command_line,
-                                   confirm=args.confirm)
+                                   progress=views.Progress(quiet=args.quiet, every=cfg.progress_every),
+                                   command=args.command_line, confirm=args.confirm)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         if exc.compare is not None:  # the report files say what finished, marked interrupted

@@ -44,7 +44,8 @@ def main(args, cfg) -> int:
     chain = bisect_plan(args, args.target)  # refuses --bisect-on-alarm with --no-alarms, or without a git target
     store = Store.from_config(cfg)
     outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
-                           direction=args.direction, progress=views.Progress(quiet=args.quiet), store=store)
+                           direction=args.direction, store=store,
+                           progress=views.Progress(quiet=args.quiet, every=cfg.progress_every))
     compat_report.render(outcome, views.console())
     events: list = []
     if args.alarms:

@@ -172,7 +172,7 @@ def _export(args, cfg) -> int:
     from modelci.report.console import console
 
     record = refs.from_run(_store(cfg), args.ref)
-    settings = {key: cfg.values[key] for key in ("seed", "timeout", "repeats", "threads") if key in cfg.values}
+    settings = {key: getattr(cfg, key) for key in ("seed", "timeout", "repeats", "threads")}
     bundle = export.export(record, args.out, cfg.root, settings)
     out = console()
     for note in bundle.notes:

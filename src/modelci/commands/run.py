@@ -90,8 +90,8 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
 
     try:
         outcome = workflow.run(cfg, spec, args.suite or cfg.suites, args.pattern, reuse=args.reuse,
-                               progress=views.Progress(quiet=args.quiet), command=args.command_line,
-                               lock=args.lock, alarms=args.alarms, pool=pool)
+                               progress=views.Progress(quiet=args.quiet, every=cfg.progress_every),
+                               command=args.command_line, lock=args.lock, alarms=args.alarms, pool=pool)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         if exc.outcome is not None:  # the report files say what finished, marked interrupted

@@ -12,23 +12,24 @@ from a lock (`EnvSpec.lock`, installed with `uv pip sync`) carries the same id a
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from modelci import locks
 from modelci.envs import lockfile
-from modelci.envs.fingerprint import collect, normalize, numerics_env, parse_lock
+from modelci.envs.fingerprint import collect, numerics_env, parse_lock
 from modelci.envs.pipconfig import IndexConfig
 from modelci.errors import HarnessError, UserError
 
@@ -88,7 +89,7 @@ class EnvSpec:
         for req in self.requirements:
             if req.endswith(".whl") and os.path.isfile(req):
                 name, version, _, _ = parse_wheel_filename(os.path.basename(req))
-                wheels.append({"name": normalize(str(name)), "version": str(version), "path": req,
+                wheels.append({"name": canonicalize_name(str(name)), "version": str(version), "path": req,
                                "sha256": sha256_file(req)})
         return {"requested": list(self.requirements), "wheels": wheels, "constraints": _files(self.index.constraints)}
 
@@ -129,14 +130,14 @@ def ensure(spec: EnvSpec, cache_dir: Path, *, log: Callable[[str], object] = pri
     envs_dir = cache_dir / "envs"
     envs_dir.mkdir(parents=True, exist_ok=True)
     path = envs_dir / spec_id
-    with _build_lock(envs_dir / f"{spec_id}.lock", spec_id, log):
+    with _build_lock(envs_dir / f"{spec_id}.lock", log):
         env = _load(path, spec, spec_json, environ)
         if env is not None:
             return env
         if path.exists():
             log(f"removing incomplete environment {path}")
             shutil.rmtree(path)
-        return _build(path, spec, spec_json, spec_id, cache_dir, log, environ, compile_bytecode)
+        return _build(path, spec, spec_json, cache_dir, log, environ, compile_bytecode)
 
 
 def current(cache_dir: Path, *, environ: Mapping[str, str] | None = None) -> Environment:
@@ -158,7 +159,7 @@ def current(cache_dir: Path, *, environ: Mapping[str, str] | None = None) -> Env
 
 def installed_version(env: Environment, dist_name: str) -> str | None:
     """The version of distribution `dist_name` pinned in the environment's lock, or None if absent."""
-    return parse_lock(env.lock).get(normalize(dist_name))
+    return parse_lock(env.lock).get(canonicalize_name(dist_name))
 
 
 def find_uv() -> str:
@@ -184,32 +185,32 @@ def find_uv() -> str:
 
 
 def _build(
-    path: Path, spec: EnvSpec, spec_json: dict, env_id: str, cache_dir: Path, log: Callable[[str], object],
+    path: Path, spec: EnvSpec, spec_json: dict, cache_dir: Path, log: Callable[[str], object],
     environ: dict[str, str], compile_bytecode: bool = True,
 ) -> Environment:
     uv = find_uv()
     what = f"from lock {spec.lock.environment}" if spec.lock else ", ".join(spec.requirements) or "no requirements"
-    log(f"building environment {env_id} ({what})")
+    log(f"building environment in {path} ({what})")
     start = time.monotonic()
     try:
         # No --seed: the environment holds the requirements and nothing else, not even pip.
         proc = _run_uv(uv, ["venv", "--python", spec.python, "--no-project", str(path)], cache_dir)
         if proc.returncode != 0:
             raise UserError(
-                f"could not create environment {env_id} from python {spec.python}: {_uv_reason(proc.stderr)}\n"
+                f"could not create environment {path} from python {spec.python}: {_uv_reason(proc.stderr)}\n"
                 "Point the environment's python at an existing interpreter."
             )
         python = _env_python(path)
         if spec.lock is not None:
             _check_lock_platform(spec.lock, python)
-            _sync(uv, python, spec, path, env_id, cache_dir)
+            _sync(uv, python, spec, path, cache_dir, log)
         elif spec.requirements:
             compiling = ["--compile-bytecode"] if compile_bytecode else []
             args = ["pip", "install", *compiling, "--python", str(python), *spec.index.uv_args(), *spec.requirements]
-            proc = _run_uv(uv, args, cache_dir)
+            proc = _run_uv(uv, args, cache_dir, log)
             if proc.returncode != 0:
                 raise UserError(
-                    f"could not install {_culprits(spec.requirements, proc.stderr)} into environment {env_id}: "
+                    f"could not install {_culprits(spec.requirements, proc.stderr)} into environment {path}: "
                     f"{_uv_reason(proc.stderr)}\n"
                     "Check the requirement and where packages come from "
                     "(`pip config list`, MODELCI_INDEX_URL, MODELCI_FIND_LINKS)."
@@ -226,8 +227,9 @@ def _build(
         shutil.rmtree(path, ignore_errors=True)
         raise
     (path / LAST_USED_FILE).touch()
+    env_id = lockfile.id_of(lock, fingerprint)  # the id by content that runs and reports show, not the folder's
     log(f"built environment {env_id} in {time.monotonic() - start:.1f}s")
-    return Environment(lockfile.id_of(lock, fingerprint), path, python, spec, lock, fingerprint, isolated=True)
+    return Environment(env_id, path, python, spec, lock, fingerprint, isolated=True)
 
 
 def _load(path: Path, spec: EnvSpec, spec_json: dict, environ: dict[str, str]) -> Environment | None:
@@ -249,7 +251,8 @@ def _load(path: Path, spec: EnvSpec, spec_json: dict, environ: dict[str, str]) -
     return Environment(lockfile.id_of(lock, fingerprint), path, python, spec, lock, fingerprint, isolated=True)
 
 
-def _sync(uv: str, python: Path, spec: EnvSpec, path: Path, env_id: str, cache_dir: Path) -> None:
+def _sync(uv: str, python: Path, spec: EnvSpec, path: Path, cache_dir: Path,
+          log: Callable[[str], object] | None = None) -> None:
     """Install exactly the lock's pins (`uv pip sync`); local wheels the lock names are found where they were."""
     assert spec.lock is not None
     pins = path / "modelci-sync.txt"
@@ -260,11 +263,12 @@ def _sync(uv: str, python: Path, spec: EnvSpec, path: Path, env_id: str, cache_d
         if os.path.isfile(where) and sha256_file(where) == wheel.get("sha256"):
             folders.append(os.path.dirname(where))
     index = dataclasses.replace(spec.index, find_links=[*spec.index.find_links, *dict.fromkeys(folders)])
-    proc = _run_uv(uv, ["pip", "sync", "--compile-bytecode", "--python", str(python), *index.uv_args(), str(pins)], cache_dir)
+    proc = _run_uv(uv, ["pip", "sync", "--compile-bytecode", "--python", str(python), *index.uv_args(), str(pins)],
+                   cache_dir, log)
     pins.unlink()
     if proc.returncode != 0:
         raise UserError(
-            f"could not rebuild environment {spec.lock.environment} from its lock into {env_id}: "
+            f"could not rebuild environment {spec.lock.environment} from its lock into {path}: "
             f"{_uv_reason(proc.stderr)}\nThe locked versions must be available from the configured indexes "
             "(`pip config list`, MODELCI_FIND_LINKS) or the lock's wheel files."
         )
@@ -307,39 +311,52 @@ def _lock(uv: str, python: Path, cache_dir: Path) -> str:
     if proc.returncode != 0:
         raise HarnessError(f"could not list the packages of {python}: {_uv_reason(proc.stderr)}")
     packages = json.loads(proc.stdout or "[]")
-    pins = sorted((normalize(pkg["name"]), pkg["version"]) for pkg in packages)
+    pins = sorted((canonicalize_name(pkg["name"]), pkg["version"]) for pkg in packages)
     return "".join(f"{name}=={version}\n" for name, version in pins)
 
 
 @contextmanager
-def _build_lock(lock_path: Path, env_id: str, log: Callable[[str], object]) -> Iterator[None]:
+def _build_lock(lock_path: Path, log: Callable[[str], object]) -> Iterator[None]:
     """Hold an exclusive lock on `lock_path`: of two processes building one environment, one waits."""
     # The lock file is left in place: deleting it would let a third process lock a different inode.
-    with open(lock_path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for environment {env_id}: another process is building it")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locks.exclusive(lock_path, log=log, waiting=f"waiting for the environment in {lock_path.with_suffix('')}: "
+                                                     "another process is building it"):
+        yield
 
 
 # --- uv ---------------------------------------------------------------------------------------------------
 
 
-def _run_uv(uv: str, args: list[str], cache_dir: Path) -> subprocess.CompletedProcess[str]:
+def _run_uv(uv: str, args: list[str], cache_dir: Path,
+            log: Callable[[str], object] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run uv and keep what it printed; with `log`, each of its progress lines (`Resolved 12 packages in 1.2s`,
+    `Downloading torch (170.3MiB)`, `Installed ...`) is passed on as uv prints it, so that a build of minutes
+    is not silent. The list of packages it installs (` + name==version`) is not: the lock says it."""
     env = dict(os.environ)
     # Runs share uv's cache, but a user's own UV_CACHE_DIR wins.
     env.setdefault("UV_CACHE_DIR", str(cache_dir / "uv-cache"))
     env["NO_COLOR"] = "1"  # plain "error:" / "cause:" lines, which _uv_reason reads
     try:
         # cwd=cache_dir: the project around the user's cwd (pyproject, uv.toml) must not steer the build.
-        return subprocess.run([uv, *args], capture_output=True, text=True, cwd=cache_dir, env=env)
+        if log is None:
+            return subprocess.run([uv, *args], capture_output=True, text=True, cwd=cache_dir, env=env)
+        proc = subprocess.Popen([uv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=cache_dir, env=env)
     except OSError as exc:
         raise HarnessError(f"could not run uv ({uv}): {exc}") from exc
+    with proc:
+        stdout: list[str] = []
+        reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        stderr = []
+        for line in proc.stderr:
+            stderr.append(line)
+            text = line.strip()
+            if text and not line.startswith((" + ", " - ", " ~ ")) and not text.startswith(("error:", "×", "╰", "│")):
+                log(f"uv: {text}")
+        reader.join()
+        code = proc.wait()
+    return subprocess.CompletedProcess([uv, *args], code, "".join(stdout), "".join(stderr))
 
 
 def _uv_reason(stderr: str) -> str:

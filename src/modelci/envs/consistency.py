@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -42,9 +43,14 @@ def matches(spec: str, row: dict[str, Any]) -> bool:
     """Whether a stored run's target is `spec`: the same spec text, or the same `name==version` (local label aside)."""
     if row["target_spec"] == spec:
         return True
-    name, sep, version = spec.partition("==")
-    if not sep or canonicalize_name(name) != row["target_name"] or not row["target_version"]:
+    try:
+        requirement = Requirement(spec)
+    except InvalidRequirement:
         return False
+    pins = [s.version for s in requirement.specifier if s.operator == "=="]
+    if len(pins) != 1 or canonicalize_name(requirement.name) != row["target_name"] or not row["target_version"]:
+        return False
+    version = pins[0]
     try:
         return Version(version).public == Version(row["target_version"]).public or \
             Version(version).base_version == Version(row["target_version"]).public

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from modelci.envs.fingerprint import normalize
 from modelci.envs.lockfile import Lock
 from modelci.errors import UserError
 
@@ -40,7 +40,7 @@ class Constraint:
     @property
     def name(self) -> str:
         """The normalized package name."""
-        return normalize(self.requirement.name)
+        return canonicalize_name(self.requirement.name)
 
     @property
     def where(self) -> str:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from modelci.errors import HarnessError
 from modelci.execute import local
@@ -108,16 +109,19 @@ def parse_lock(lock: str) -> dict[str, str]:
     """{normalized name: version} from "name==version" lines; comment lines are skipped."""
     pins: dict[str, str] = {}
     for line in lock.splitlines():
-        line = line.split("#", 1)[0]  # comments: a lock file's header, or a note after a pin
-        name, sep, version = line.strip().partition("==")
-        if sep:
-            pins[normalize(name)] = version.strip()
+        pin = split_pin(line.split("#", 1)[0])  # comments: a lock file's header, or a note after a pin
+        if pin is not None:
+            pins[pin[0]] = pin[1]
     return pins
 
 
-def normalize(name: str) -> str:
-    """PEP 503 name normalization, so `Typing_Extensions` and `typing-extensions` match."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def split_pin(line: str) -> tuple[str, str] | None:
+    """(normalized name, version) of one `name==version` line, or None when the line is not one; the one parser
+    of pins (locks, `uv pip list`, a run's environment), names normalized by packaging (PEP 503)."""
+    name, sep, version = line.strip().partition("==")
+    if not sep or not name.strip() or not version.strip():
+        return None
+    return canonicalize_name(name.strip()), version.strip()
 
 
 def _probe(python: Path | str, helper: str, wanted: list[str], environ: dict[str, str],

@@ -7,7 +7,6 @@ and builds it again. Half-built folders (no spec file) from killed builds are al
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import time
@@ -15,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelci import locks
 from modelci.envs.build import LAST_USED_FILE, SPEC_FILE
 from modelci.errors import UserError
 
@@ -86,19 +86,14 @@ def gc(cache_dir: str | Path, *, keep: int | None = None, older_than_days: float
 
 def _remove(env: CachedEnv, log: Callable[[str], object], report: GcReport) -> bool:
     """Remove one environment under its build lock; False when another process holds the lock."""
-    with open(env.path.parent / f"{env.spec_id}.lock", "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with locks.exclusive(env.path.parent / f"{env.spec_id}.lock", wait=False) as held:
+        if not held:
             log(f"skipping environment {env.spec_id}: another process is building it")
             return False
-        try:
-            trash = env.path.with_name(f"{_TRASH}{env.spec_id}-{os.getpid()}")
-            os.replace(env.path, trash)
-            report.freed_bytes += _size(trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        trash = env.path.with_name(f"{_TRASH}{env.spec_id}-{os.getpid()}")
+        os.replace(env.path, trash)
+        report.freed_bytes += _size(trash)
+        shutil.rmtree(trash, ignore_errors=True)
     log(f"removed environment {env.spec_id}" + ("" if env.complete else " (incomplete)"))
     return True
 

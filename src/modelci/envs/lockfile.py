@@ -23,7 +23,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelci.envs.fingerprint import normalize, parse_lock
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from modelci.envs.fingerprint import parse_lock, split_pin
 from modelci.errors import UserError
 
 #: bump when the lock file's format or meaning changes; other versions are refused
@@ -75,16 +78,13 @@ class Lock:
 
     def direct(self) -> set[str]:
         """Normalized names of the requirements that were asked for (the rest came in as dependencies)."""
-        from packaging.requirements import InvalidRequirement, Requirement
-        from packaging.utils import parse_wheel_filename
-
         names = set()
         for text in self.requested:
             try:
-                names.add(normalize(Requirement(text).name))
+                names.add(canonicalize_name(Requirement(text).name))
             except InvalidRequirement:
                 if text.endswith(".whl"):
-                    names.add(normalize(str(parse_wheel_filename(Path(text).name)[0])))
+                    names.add(canonicalize_name(str(parse_wheel_filename(Path(text).name)[0])))
         return names
 
     def render(self) -> str:
@@ -158,11 +158,11 @@ def parse(text: str, where: str = "lock") -> Lock:
             if sep and key.strip().isidentifier():
                 header.setdefault(key.strip(), []).append(value.strip())
             continue
-        name, sep, version = line.split(" #", 1)[0].partition("==")
-        if not sep or not name.strip() or not version.strip() or any(c in version for c in "<>=!~,; "):
+        pin = split_pin(line.split(" #", 1)[0])
+        if pin is None or any(c in pin[1] for c in "<>=!~,; "):
             raise UserError(f"{where}, line {number}: {line!r} is not an exact pin `name==version`; "
                             "a lock holds only pins (write one with `modelci env lock`)")
-        pins[normalize(name.strip())] = version.strip()
+        pins[pin[0]] = pin[1]
     schema = (header.get("schema") or [""])[0]
     if not schema:
         raise UserError(f"{where} is not a modelci lock file (it has no `# schema:` line); "
@@ -179,7 +179,7 @@ def parse(text: str, where: str = "lock") -> Lock:
     digests = {}
     for value in header.get("files", []):
         name, _, digest = value.partition(" ")
-        digests[normalize(name)] = digest.strip()
+        digests[canonicalize_name(name)] = digest.strip()
     return Lock(pins=pins, implementation=implementation, python=python.strip(),
                 platform=(header.get("platform") or [""])[0], environment=(header.get("environment") or [""])[0],
                 requested=list(requested), target=(header.get("target") or [""])[0], digests=digests,

@@ -33,6 +33,7 @@ from modelci.errors import HarnessError, UserError
 from modelci.execute import local
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
+from modelci.workload.processes import kill_group
 
 #: the `isolation` option's values
 ISOLATIONS = ("fork", "spawn")
@@ -204,15 +205,6 @@ class Worker:
         return f"; its log ends with:\n{text}" if text else ""
 
 
-def kill_group(pid: int) -> None:
-    """SIGKILL the process group led by `pid`, or `pid` alone before it has made its group."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def describe_code(code: int) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 import modelci
 from modelci.errors import HarnessError
 from modelci.records import Metric, Result
+from modelci.workload.processes import kill_group
 
 STDERR_TAIL_CHARS = 4000
 
@@ -179,10 +180,7 @@ def with_parent(env: dict[str, str]) -> dict[str, str]:
 
 def _kill(proc: subprocess.Popen) -> None:
     """SIGKILL the child's process group (the child leads it) and reap the child."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_group(proc.pid)
     proc.wait()
 
 

@@ -7,7 +7,10 @@ event (docs/design.md, "Conventions").
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -32,16 +35,63 @@ def console(stderr: bool = False) -> Console:
 
 
 class Progress:
-    """Progress of a run: a live bar on a terminal, plain lines otherwise."""
+    """Progress of a run: a live bar on a terminal, plain lines otherwise; nothing but the results with `quiet`.
 
-    def __init__(self, quiet: bool = False):
+    A long step (an environment or a git build, one workload) shows its elapsed time: a spinner on a terminal,
+    and off a terminal (a CI log) a line `still <what> (1m30s)` every `every` seconds while it lasts, so that a
+    log never stays silent for minutes.
+    """
+
+    def __init__(self, quiet: bool = False, every: float = 30.0):
         self.out = console(stderr=True)
         self.quiet = quiet
+        self.every = every
         self.live = self.out.is_terminal and not quiet
         self.bar: RichProgress | None = None
         self.task: Any = None
         self.count = 0
         self.total = 0
+        self._beating: tuple[threading.Thread, threading.Event] | None = None
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """A long step of the harness's own, `what` it does ("preparing the environment of numpy==2.1.3")."""
+        if self.quiet:
+            yield
+        elif self.live and self.bar is None:
+            with RichProgress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                              console=self.out, transient=True) as spinner:
+                spinner.add_task(escape(what), total=None)
+                yield
+        else:
+            self._beat(what)
+            try:
+                yield
+            finally:
+                self._stop_beat()
+
+    def _beat(self, what: str) -> None:
+        """Off a terminal: say `still <what>` every `every` seconds until `_stop_beat` (one at a time)."""
+        if self.live or self.quiet or self.every <= 0:
+            return
+        self._stop_beat()
+        stop = threading.Event()
+        start = time.monotonic()
+
+        def beat() -> None:
+            while not stop.wait(self.every):
+                self.out.print(f"still {escape(what)} ({_elapsed(time.monotonic() - start)})", style="dim")
+
+        thread = threading.Thread(target=beat, name="modelci-progress", daemon=True)
+        thread.start()
+        self._beating = (thread, stop)
+
+    def _stop_beat(self) -> None:
+        if self._beating is not None:
+            thread, stop = self._beating
+            stop.set()
+            thread.join()
+            self._beating = None
 
     def note(self, text: str) -> None:
         """A one-line message about the harness's own work (building an environment, …)."""
@@ -61,9 +111,11 @@ class Progress:
         """A workload starts."""
         if self.bar is not None:
             self.bar.update(self.task, description=escape(workload))
+        self._beat(f"running {workload}")
 
     def done(self, workload: str, result: Any, reused: bool = False) -> None:
         """A workload finished (or was reused from the history)."""
+        self._stop_beat()
         self.count += 1
         if self.bar is not None:
             self.bar.advance(self.task)
@@ -77,9 +129,20 @@ class Progress:
 
     def stop(self) -> None:
         """End the sequence."""
+        self._stop_beat()
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+def _elapsed(seconds: float) -> str:
+    """`45s`, `1m30s`, `1h02m`: an elapsed time as a log line says it."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
 def _fmt(value: Any, unit: str = "") -> str:
@@ -321,22 +384,11 @@ def render_history(points: Sequence[Any], metric: str, out: Console, total: int 
     unit = "s" if metric.startswith("time.") else "bytes" if metric.startswith("mem.") else ""
     for point in points:
         table.add_row(str(point.run_id), point.started_at.strftime("%Y-%m-%d %H:%M"), escape(point.runner),
-                      escape(_target_label(point.target._asdict())), point.status, _fmt(point.median, unit),
+                      escape(point.target.label), point.status, _fmt(point.median, unit),
                       _fmt(point.minimum, unit), _fmt(point.maximum, unit), _fmt(point.final, unit))
     out.print(table)
     if total is not None and total > len(points):
         out.print(f"the last {len(points)} of {total} runs; --all shows every run, --last N the last N")
-
-
-def _target_label(row: dict[str, Any]) -> str:
-    if row["kind"] == "current":
-        return "current"
-    text = f"{row['name']}=={row['version']}"
-    if row.get("commit"):
-        text += f"@{row['commit'][:10]}"
-    elif row.get("wheel_sha256"):
-        text += f" (wheel {row['wheel_sha256'][:8]})"
-    return text
 
 
 def render_workloads(rows: list[dict[str, Any]], runs: list[Any], out: Console) -> None:
@@ -346,24 +398,21 @@ def render_workloads(rows: list[dict[str, Any]], runs: list[Any], out: Console) 
         table.add_column(column)
     for row in rows:
         table.add_row(escape(row["workload"]), f"[{STATUS_STYLE.get(row['status'], '')}]{row['status']}[/]",
-                      str(row["id"]), escape(row["runner"]), escape(_target_label(row)), str(row["results"]))
+                      str(row["id"]), escape(row["runner"]), escape(row["target"]), str(row["results"]))
     out.print(table)
     recent = Table(show_edge=False, pad_edge=False, title="recent runs")
     for column in ("run", "date", "runner", "target", "status"):
         recent.add_column(column)
     for run in runs:
         recent.add_row(str(run.id), run.started_at.strftime("%Y-%m-%d %H:%M"), escape(run.runner),
-                       escape(_target_label({"kind": run.target.kind, "name": run.target.name,
-                                             "version": run.target.version, "commit": run.target.commit,
-                                             "wheel_sha256": run.target.wheel_sha256})), run.status)
+                       escape(run.target.label), run.status)
     out.print(recent)
 
 
 def render_show(stored: Any, out: Console) -> None:
     """A stored run: its target, environment, and every result with its findings."""
     row = stored.row
-    label = _target_label({"kind": row.target.kind, "name": row.target.name, "version": row.target.version,
-                           "commit": row.target.commit, "wheel_sha256": row.target.wheel_sha256})
+    label = row.target.label
     out.print(f"[bold]run {row.id}[/] · {row.status} · target [bold]{escape(label)}[/] · runner {escape(row.runner)} · "
               f"{row.started_at:%Y-%m-%d %H:%M:%S}")
     env = row.environment
@@ -402,7 +451,7 @@ def render_config(cfg: Any, out: Console) -> None:
     for column in ("option", "value", "source", "variable", "help"):
         table.add_column(column)
     for option in OPTIONS:
-        table.add_row(option.name, escape(str(cfg.values[option.name])), escape(cfg.sources[option.name]),
+        table.add_row(option.name, escape(str(getattr(cfg, option.name))), escape(cfg.sources[option.name]),
                       option.env, escape(option.help))
     out.print(table)
     if cfg.checks:

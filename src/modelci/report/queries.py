@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from sqlalchemy import func, inspect, select
 from sqlalchemy.exc import DBAPIError
 
+from modelci.targets import label as target_label, order_key, parse_version
 from modelci.store.schema import EnvironmentRow, FindingRow, MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow
 
 __all__ = ["History", "TargetInfo", "RunInfo", "ResultInfo", "Summary", "load_history", "run_details",
@@ -146,32 +147,13 @@ class History:
         return sorted({run.runner for run in self.runs.values()})
 
 
-def target_label(kind: str, name: str, version: str, commit: str, wheel_sha256: str, spec: str) -> str:
-    """A short human name: `numpy==2.0.0`, `fakefw==1.1 (wheel ab12cd34)`, `torch==2.5@0123456789`, `current`."""
-    if kind == "current":
-        return "current"
-    text = f"{name}=={version}" if version else spec
-    if commit:
-        text += f"@{commit[:10]}"
-    elif wheel_sha256:
-        text += f" (wheel {wheel_sha256[:8]})"
-    return text
-
-
 def target_order(targets: list[TargetInfo], first_seen: dict[int, int]) -> list[TargetInfo]:
     """Targets in release order: the public version (so local `+git...` tags do not sort by hash), then the commit
     date, then the first run; no version sorts as 0. Sets each target's rank and a label unique among them.
 
-    The same order as the alarms' change points (modelci.alarms.changes.target_order), so both agree on "from".
+    The one target order (targets.order_key), so the trends, the alarms and the history agree on "from".
     """
-    def key(target: TargetInfo) -> tuple:
-        try:
-            version = Version(Version(target.version).public) if target.version else Version("0")
-        except InvalidVersion:
-            version = Version("0")
-        return (version, target.commit_date or "", first_seen.get(target.id, 0), target.id)
-
-    ordered = sorted(targets, key=key)
+    ordered = sorted(targets, key=lambda t: order_key(t.version, t.commit_date, first_seen.get(t.id, 0), t.id))
     seen: dict[str, int] = {}
     for rank, target in enumerate(ordered):
         target.rank = rank
@@ -383,7 +365,4 @@ def compat_table(store: Any) -> dict[str, Any] | None:
 
 
 def _by_version(pair: tuple[str, str]) -> tuple:
-    try:
-        return (Version(Version(pair[1]).public), pair[0])
-    except InvalidVersion:
-        return (Version("0"), pair[0])
+    return parse_version(pair[1]) or Version("0"), pair[0]

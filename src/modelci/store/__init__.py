@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import modelci
 from modelci.errors import HarnessError, UserError
+from modelci.targets import label as target_label, order_key
 from modelci.records import Metric, Result, clean_result, clean_text
 from modelci.store import alarms_schema  # noqa: F401  (registers its tables with Base)
 from modelci.store import compat_schema  # noqa: F401  (registers its tables with Base)
@@ -198,8 +199,8 @@ class Store:
     @classmethod
     def from_config(cls, config: Any, **options: Any) -> Store:
         """The store a configuration names: `db`, `artifacts` with its storage options and read-only flag."""
-        return cls(config.db, config.artifacts, artifacts_options=config.values.get("artifacts_options"),
-                   artifacts_readonly=bool(config.values.get("artifacts_readonly")), **options)
+        return cls(config.db, config.artifacts, artifacts_options=config.artifacts_options,
+                   artifacts_readonly=config.artifacts_readonly, **options)
 
     def _check_schema(self, how: str) -> None:
         try:
@@ -405,8 +406,8 @@ class Store:
                 .order_by(RunRow.started_at.desc(), ResultRow.id.desc())
             )
             return [Candidate(row.id, row.started_at, row.kind, row.name, row.version or "", row.commit or "",
-                              row.wheel_sha256 or "", _label(row.kind, row.name, row.version or "", row.commit or "",
-                                                             row.wheel_sha256 or "", row.spec))
+                              row.wheel_sha256 or "", target_label(row.kind, row.name, row.version, row.commit,
+                                                                   row.wheel_sha256, row.spec))
                     for row in session.execute(stmt)]
 
     def run_of_result(self, result_id: int) -> int | None:
@@ -502,13 +503,11 @@ class Store:
         """Each workload in the history with its latest status and run, for `modelci history`: the latest result of
         its newest target in target order (a release re-run after a newer one is not the latest), from runs of
         their own (confirmation runs are part of the run they confirm, and not counted)."""
-        from modelci.baselines import order_key
-
         with self.sessions() as session:
             stmt = (
                 select(ResultRow.workload, ResultRow.status, RunRow.id, RunRow.runner, TargetRow.name,
                        TargetRow.version, TargetRow.kind, TargetRow.commit, TargetRow.wheel_sha256,
-                       TargetRow.commit_date, RunRow.target_id)
+                       TargetRow.commit_date, RunRow.target_id, TargetRow.spec)
                 .join(RunRow, ResultRow.run_id == RunRow.id).join(TargetRow, RunRow.target_id == TargetRow.id)
                 .where(RunRow.id.not_in(select(RunLinkRow.run_id)))
                 .order_by(ResultRow.workload, RunRow.id)
@@ -523,12 +522,13 @@ class Store:
         counts: dict[str, int] = {}
         for row in rows:
             counts[row.workload] = counts.get(row.workload, 0) + 1
-            key = (order_key(row.version, row.commit_date, first_seen[row.target_id]), row.id)
+            key = (order_key(row.version, row.commit_date, first_seen[row.target_id], row.target_id), row.id)
             if row.workload not in latest or key >= latest[row.workload][0]:
                 latest[row.workload] = (key, row)
         entries = []
         for name, (_, row) in sorted(latest.items()):
             entry = {k: v for k, v in row._asdict().items() if k not in ("commit_date", "target_id")}
+            entry["target"] = target_label(row.kind, row.name, row.version, row.commit, row.wheel_sha256, row.spec)
             entry["results"] = counts[name]
             entries.append(entry)
         return entries
@@ -611,18 +611,6 @@ class Store:
             if runner:
                 stmt = stmt.where(RunRow.runner == runner)
             return [row._asdict() for row in session.execute(stmt)]
-
-
-def _label(kind: str, name: str, version: str, commit: str, wheel_sha256: str, spec: str) -> str:
-    """A stored target's short name, as targets.Target.label makes it."""
-    if kind == "current":
-        return "current"
-    text = f"{name}=={version}" if version else name if kind == "git" else spec
-    if commit:
-        text += f"@{commit[:10]}"
-    elif wheel_sha256:
-        text += f" (wheel {wheel_sha256[:8]})"
-    return text
 
 
 def _first_line(error: BaseException) -> str:

@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from modelci.targets import label as target_label
+
 #: the version of the hand-written schema code before Alembic revisions; kept in `schema_info` for the
 #: modelci versions of that time, which refuse any other (the revisions since only add)
 SCHEMA_VERSION = 1
@@ -51,6 +53,11 @@ class TargetRow(Base):
     commit_date: Mapped[str] = mapped_column(String(40), default="")
     subject: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @property
+    def label(self) -> str:
+        """The target's short name (targets.label), as every report names it."""
+        return target_label(self.kind, self.name, self.version, self.commit, self.wheel_sha256, self.spec)
 
 
 class EnvironmentRow(Base):

@@ -17,6 +17,7 @@ from sqlalchemy import String, select, type_coerce
 from sqlalchemy.engine import Connection
 
 from modelci.store.schema import MetricRow, ResultRow, RunLinkRow, RunRow, TargetRow
+from modelci.targets import label as target_label
 
 #: the columns of a series, in the order of RunPoint's run fields
 _RUN_COLUMNS = ("run_id", "started_at", "runner", "target_id", "status", "median", "minimum", "maximum", "final", "n")
@@ -30,6 +31,12 @@ class SeriesTarget(NamedTuple):
     version: str
     commit: str
     wheel_sha256: str
+    spec: str
+
+    @property
+    def label(self) -> str:
+        """The target's short name (targets.label)."""
+        return target_label(self.kind, self.name, self.version, self.commit, self.wheel_sha256, self.spec)
 
 
 class RunPoint(NamedTuple):
@@ -132,6 +139,6 @@ def _targets(connection: Connection, ids: set[int]) -> dict[int, SeriesTarget]:
     found = {}
     for start in range(0, len(wanted), 500):  # stay below the bound-parameter limit of older SQLite
         query = select(TargetRow.id, TargetRow.kind, TargetRow.name, TargetRow.version, TargetRow.commit,
-                       TargetRow.wheel_sha256).where(TargetRow.id.in_(wanted[start:start + 500]))
+                       TargetRow.wheel_sha256, TargetRow.spec).where(TargetRow.id.in_(wanted[start:start + 500]))
         found.update((row[0], SeriesTarget(*row[1:])) for row in connection.execute(query))
     return found

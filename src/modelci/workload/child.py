@@ -33,6 +33,7 @@ from modelci.workload import lifeline, npy
 from modelci.workload.api import Context, SkipWorkload, Workload
 from modelci.workload import frameworks
 from modelci.workload.frameworks import get_helper
+from modelci.workload.processes import framework_hazard, thread_count
 
 #: version of the files this module writes for the parent
 PROTOCOL = 1
@@ -557,17 +558,12 @@ def fork_hazard() -> str:
     """
     if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
         return f"no fork on {sys.platform}"
-    try:
-        threads = len(os.listdir("/proc/self/task"))
-    except OSError:
+    if not os.path.isdir("/proc/self/task"):
         return "the thread count cannot be read (/proc)"
+    threads = thread_count()
     if threads > 1:
         return f"this process runs {threads} threads"
-    for helper in frameworks.helper_classes():
-        hazard = helper.fork_hazard() if helper.module in sys.modules else ""
-        if hazard:
-            return hazard
-    return ""
+    return framework_hazard()
 
 
 def fork_ranks(args: argparse.Namespace, ranks_to_fork: range) -> tuple[list[ForkedRank], int]:

@@ -28,6 +28,7 @@ import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any, Dict, Iterator, Tuple
 
 #: framework name -> "module:Class" of its helper
@@ -262,6 +263,18 @@ def providing(distribution: str) -> type[PythonHelper] | None:
 def by_module(module: str) -> type[PythonHelper] | None:
     """The helper class of the framework imported as `module`, or None."""
     return next((cls for cls in helper_classes() if cls.module and cls.module == module), None)
+
+
+def requirements(framework: str, installed: Collection[str] = ()) -> list[str]:
+    """The distributions that a workload's `framework` implies: the framework's first distribution unless one of
+    its distributions is among `installed` (paddlepaddle-gpu provides paddle too), and its helper's `needs`.
+    An unknown framework implies nothing here (the workload's child reports it)."""
+    try:
+        helper = helper_class(framework)
+    except ValueError:
+        return []
+    provided = any(dist in installed for dist in helper.distributions)
+    return [*([] if provided else helper.distributions[:1]), *helper.needs]
 
 
 def framework_modules() -> list[str]:

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from modelci.workload import lifeline
+from modelci.workload.processes import framework_hazard, kill_group, thread_count
 
 #: version of the messages this module exchanges with the parent
 PROTOCOL = 1
@@ -190,12 +191,9 @@ def fork_hazard() -> str:
     """Why forking this process now would be unsafe, or "" when it is safe."""
     if not hasattr(os, "fork"):
         return "this platform has no fork()"
-    from modelci.workload import frameworks
-
-    for helper in frameworks.helper_classes():
-        hazard = helper.fork_hazard() if helper.module in sys.modules else ""
-        if hazard:
-            return f"in the worker, {hazard}"
+    hazard = framework_hazard()
+    if hazard:
+        return f"in the worker, {hazard}"
     devices = gpu_device_files()
     if devices:
         return f"the worker holds GPU device files open ({', '.join(devices[:3])}); a forked child cannot share them"
@@ -230,14 +228,6 @@ def gpu_device_files() -> list[str]:
     except OSError:
         pass
     return sorted(set(found))
-
-
-def thread_count() -> int:
-    """Threads of this process (1 when /proc is not there to say)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
 
 
 # -- memory --------------------------------------------------------------------------------------------
@@ -388,19 +378,12 @@ _running: dict[int, int | None] = {}  # pid -> a pidfd that is readable once it 
 REAP_INTERVAL = 0.01
 
 
-def end_group(pid: int) -> None:
-    """SIGKILL the process group `pid` leads: a workload child and whatever it started (a server, a data loader)
-    that is still in its group. Ended after every job, not only on a timeout."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _parent_gone(signum: int, frame: Any) -> None:
     """The harness ended (the parent-death signal, SIGTERM): end the running children's groups, then this worker."""
     for pid in list(_running):
-        end_group(pid)
+        kill_group(pid)
     os._exit(1)
 
 
@@ -471,7 +454,7 @@ def _reap(channel: Channel, children: dict[int, Any]) -> None:
             return
         if pid not in children:
             continue
-        end_group(pid)  # what the workload started and left running goes with it
+        kill_group(pid)  # what the workload started and left running goes with it
         pidfd = _running.pop(pid, None)
         if pidfd is not None:
             os.close(pidfd)

@@ -1,0 +1,37 @@
+"""Advisory file locks (flock) between modelci processes that share a cache: one helper for every lock.
+
+An environment, a git build, a repository mirror: of two processes that would make the same thing, one does and
+the other waits for it. The lock file is left in place: deleting it would let a third process lock a different
+inode.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def exclusive(path: Path, *, waiting: str = "", log: Callable[[str], object] | None = None,
+              wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive lock on the file `path` (created if absent) for the block, and yield True.
+
+    When another process holds it: with `wait`, say `waiting` through `log` (when both are given) and wait for
+    it; without, yield False at once, holding nothing.
+    """
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                yield False
+                return
+            if log is not None and waiting:
+                log(waiting)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
