@@ -29,6 +29,7 @@ from modelci import envs
 from modelci.bisect import BisectRefused, bisect, releases
 from modelci.bisect.search import Search
 from modelci.errors import UserError
+from modelci.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +249,9 @@ def test_cli_bisect_prints_the_culprit_and_writes_json(history, tmp_path):
     assert "first bad:" in proc.stdout and "Store models in format 2" in proc.stdout
     report = json.loads(out.read_text())
     assert report["kind"] == "bisect" and report["culprit"]["pr"] == 57 and report["status"] == "found"
+    # the outcome is kept in the history, for the dashboard's bisect page
+    kept = Store.from_config(history["cfg"]).bisects()[0]
+    assert kept.culprit == report["culprit"]["item"] and kept.result["probes"] == report["probes"]
 
 
 # --- releases --------------------------------------------------------------------------------------------

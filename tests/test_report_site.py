@@ -6,7 +6,6 @@ real SQLite file; the browser tests (tests/e2e/test_dashboard_browser.py) add hi
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import os
 import re
@@ -14,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import types
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,7 +28,10 @@ from modelci.report import site as site_module
 from modelci.report.server import LiveSite, make_server
 from modelci.report.markup import safe_href
 from modelci.report.site import generate_site, plot_json, workload_slugs
-from modelci.store import Store
+from modelci.bisect import BisectResult, Probe, Suspect
+from modelci.compat import CompatEntry
+from modelci.gitrepo import Commit
+from modelci.store import Store, compat_schema
 from modelci.targets import Target
 
 HOSTILE = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=2>"
@@ -235,23 +236,6 @@ def test_hook_links_keep_only_relative_and_http(href, kept):
     assert (safe_href(href) == href.strip()) is kept
 
 
-def fake_module(monkeypatch, name: str, **functions) -> None:
-    """Stand in for a modelci module another engineer is still writing (alarms, compat): the hook is what is
-    tested here, not that module."""
-    module = types.ModuleType(name)
-    module.__spec__ = importlib.machinery.ModuleSpec(name, loader=None)
-    for key, value in functions.items():
-        setattr(module, key, value)
-    monkeypatch.setitem(sys.modules, name, module)
-
-
-def test_without_an_alarms_module_the_index_says_so(history, tmp_path, monkeypatch):
-    for name in ("modelci.alarms", "modelci.alarms.lifecycle"):  # None: what an import finds when it is absent
-        monkeypatch.setitem(sys.modules, name, None)
-    generate_site(history, tmp_path / "site")
-    assert "No alarm store yet" in (tmp_path / "site" / "index.html").read_text()
-
-
 def test_open_alarms_are_listed_and_marked_on_the_plots(history, tmp_path):
     lifecycle = pytest.importorskip("modelci.alarms.lifecycle")
     fired = lifecycle.Observation("ci-cpu", "suite/Steps", "history", "time.train", True, kind="change",
@@ -269,19 +253,53 @@ def test_open_alarms_are_listed_and_marked_on_the_plots(history, tmp_path):
     assert not any(t.get("name") == "alarm" for f in plot_data(flat) for t in f["data"])
 
 
-def test_compat_page_appears_only_when_the_hook_returns_a_table(history, tmp_path, monkeypatch):
+def test_the_compat_page_shows_the_stored_matrix(history, tmp_path):
     generate_site(history, tmp_path / "plain")
     assert not (tmp_path / "plain" / "compat.html").exists()
     assert "compat.html" not in (tmp_path / "plain" / "index.html").read_text()
-    table = {"title": "compat", "columns": ["1.0", "1.1"],
-             "rows": [{"label": "suite/A <i>", "cells": [{"text": "ok", "status": "ok", "href": "javascript:x()"},
-                                                        {"text": "fails", "status": "failed"}]}]}
-    fake_module(monkeypatch, "modelci.compat", report_table=lambda store: table)
+
+    def build(version: str) -> dict:
+        return {"name": "fakefw", "version": version, "label": f"fakefw=={version}"}
+
+    entries = [CompatEntry("suite/A <i>", "npz", build("1.0"), build(v), "backward", outcome, error=error)
+               for v, outcome, error in (("1.1", "ok", ""), ("1.2", "load-error", "KeyError: 'w' <script>"))]
+    with history.write() as session:
+        compat_schema.add_compat_results(session, "check-1", "ci-cpu", entries)
     report = generate_site(history, tmp_path / "site")
     assert report.extra_pages == ["compat.html"]
     page = (tmp_path / "site" / "compat.html").read_text()
-    assert "suite/A &lt;i&gt;" in page and "javascript:" not in page
+    assert "suite/A &lt;i&gt; · npz · saved by fakefw==1.0" in page and "<script>" not in page
+    assert page.index("fakefw==1.1") < page.index("fakefw==1.2")  # consumers in version order
+    assert 'class="status ok">ok<' in page and "load-error: KeyError: &#39;w&#39; &lt;script&gt;" in page
     assert 'href="compat.html"' in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_the_bisect_page_shows_each_kept_bisect_with_its_culprit_pr_and_probes(history, tmp_path):
+    def commit(sha: str, subject: str) -> Suspect:
+        return Suspect(sha, f"git+repo@{sha}", Commit(sha, "2026-11-30T10:00:00+00:00", subject, "Ada <i>"))
+
+    good, bad = commit("a" * 40, "Start"), commit("c" * 40, "Later")
+    culprit = commit("b" * 40, "Fuse the kernels (#57)")
+    probes = [Probe(good.item, good.spec, good.label, "good", "the good end", "ok", 0, run_id=1),
+              Probe(bad.item, bad.spec, bad.label, "bad", "time.train 1.5x <b>", "ok", 0, run_id=2),
+              Probe(culprit.item, culprit.spec, culprit.label, "bad", "time.train 1.5x", "ok", 1, run_id=3,
+                    reused=True)]
+    result = BisectResult("found", "suite/Steps", "timing", ["time.train"], good, bad, culprit=culprit,
+                          last_good=good, probes=probes, rounds=1, range_size=2, evidence="1.5x slower")
+    history.add_bisect("ci-cpu", result.to_json(), "modelci bisect ...")
+    report = generate_site(history, tmp_path / "site")
+    assert report.extra_pages == ["bisect.html"]
+    page = (tmp_path / "site" / "bisect.html").read_text()
+    assert "suite/Steps · timing" in page and 'href="bisects/1.html"' in page
+    assert "bbbbbbbbbb Fuse the kernels (#57) (Ada &lt;i&gt;, 2026-11-30T10:00:00+00:00)" in page
+    assert ">#57<" in page and "3 probes, 1 rounds over 2 candidates" in page
+    probes_page = (tmp_path / "site" / "bisects" / "1.html").read_text()
+    assert "first bad: bbbbbbbbbb Fuse the kernels (#57)" in probes_page
+    assert "time.train 1.5x &lt;b&gt;" in probes_page and "run 3 (reused)" in probes_page
+    for run_id in (1, 2, 3):  # each probe links to the page of the run it stored, which exists
+        assert f'href="../runs/{run_id}.html"' in probes_page
+        assert (tmp_path / "site" / "runs" / f"{run_id}.html").is_file()
+    assert 'href="../bisect.html"' in probes_page  # the site's navigation, from one folder down
 
 
 def test_empty_history_gives_an_index_that_says_so(store, tmp_path):

@@ -122,14 +122,10 @@ def test_file_pages_render_plots_without_errors(project, page):
     site = project.root / "site"
     page.goto((site / "index.html").as_uri())
     assert page.locator("table.matrix td.status").count() == 6
-    from modelci.report.site import alarm_store_present
-
-    if alarm_store_present():  # the runs opened alarms for the failures; they are listed, escaped
-        alarms = page.locator("#alarms tr.alarm")
-        assert alarms.filter(has_text="fakesuite/Raises").count() >= 1
-        assert alarms.filter(has_text="window.__pwned=1").count() >= 1
-    else:
-        assert page.locator("#no-alarm-store").is_visible()
+    # the runs opened alarms for the failures; they are listed, escaped
+    alarms = page.locator("#alarms tr.alarm")
+    assert alarms.filter(has_text="fakesuite/Raises").count() >= 1
+    assert alarms.filter(has_text="window.__pwned=1").count() >= 1
     shoot(page, "index")
     page.goto((site / "w" / "fakesuite_Precision.html").as_uri())
     assert_plots_rendered(page)
@@ -150,6 +146,40 @@ def test_click_from_index_to_workload_to_run(project, page):
     aborts = page.locator("article.result", has=page.get_by_role("link", name="fakesuite/Aborts", exact=True))
     assert "fused_update" in aborts.locator("pre.stderr").inner_text()
     shoot(page, "run")
+    assert page.problems == []
+
+
+def test_from_the_bisect_page_to_the_culprit_and_the_runs_of_its_probes(project, page):
+    from modelci import config as config_module
+    from modelci.bisect import BisectResult, Probe, Suspect
+    from modelci.gitrepo import Commit
+    from modelci.store import Store
+
+    def commit(sha: str, subject: str) -> Suspect:
+        return Suspect(sha, f"git+repo@{sha}", Commit(sha, "2026-11-30T10:00:00+00:00", subject, "Ada"))
+
+    good, culprit = commit("a" * 40, "Start"), commit("b" * 40, "Fuse the update " + HOSTILE + " (#57)")
+    result = BisectResult("found", "fakesuite/Slow", "timing", ["time.infer"], good, culprit, culprit=culprit,
+                          last_good=good, rounds=1, range_size=1, evidence="time.infer 3x slower",
+                          probes=[Probe(good.item, good.spec, good.label, "good", "the good end", "ok", 0, run_id=1),
+                                  Probe(culprit.item, culprit.spec, culprit.label, "bad", "3x", "ok", 0, run_id=2)])
+    cfg = config_module.load(cwd=project.root, environ=project.env)
+    Store.from_config(cfg).add_bisect(cfg.runner, result.to_json())
+    done = project.cli("report", "--out", "site-bisect")
+    assert done.returncode == 0, done.stdout + done.stderr
+    page.goto((project.root / "site-bisect" / "index.html").as_uri())
+    page.locator("nav.top").get_by_role("link", name="bisect results").click()
+    page.wait_for_url("**/bisect.html")
+    row = page.locator("tbody tr", has_text="fakesuite/Slow")
+    assert "bbbbbbbbbb Fuse the update" in row.inner_text() and "#57" in row.inner_text()
+    row.get_by_role("link", name="fakesuite/Slow · timing").click()
+    page.wait_for_url("**/bisects/*.html")
+    assert "first bad: bbbbbbbbbb Fuse the update" in page.locator("main p").first.inner_text()
+    shoot(page, "bisect")
+    page.get_by_role("link", name="run 2").click()
+    page.wait_for_url("**/runs/2.html")
+    assert page.locator("h1").inner_text().startswith("Run 2")
+    assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.problems == []
 
 

@@ -168,15 +168,19 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
         raise UserError("--improvement does not apply to --check compat: a model that loads again is found by "
                         "bisecting the regression from the other side")
     from modelci import workflow
+    from modelci.store import Store
 
     own = workflow.WorkerPool(config) if pool is None else None
     try:
-        return _bisect(config, suite_specs, pattern, repo=repo, good=good, bad=bad, versions=versions, check=check,
-                       first_parent=first_parent, build=build, jobs=jobs, log=log, command=command,
-                       from_spec=from_spec, improvement=improvement, pool=pool or own, into_spec=into_spec)
+        result = _bisect(config, suite_specs, pattern, repo=repo, good=good, bad=bad, versions=versions, check=check,
+                         first_parent=first_parent, build=build, jobs=jobs, log=log, command=command,
+                         from_spec=from_spec, improvement=improvement, pool=pool or own, into_spec=into_spec)
     finally:
         if own is not None:
             own.close()
+    # kept as history, next to the runs its probes stored: the dashboard shows it (report/site.py)
+    Store.from_config(config).add_bisect(config.runner, result.to_json(), command)
+    return result
 
 
 def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: str | None, good: str | None,

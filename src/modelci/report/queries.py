@@ -330,11 +330,9 @@ COMPAT_STATUS = {"ok": "ok", "missing": "skipped", "unsupported": "failed", "loa
 
 def compat_table(store: Any) -> dict[str, Any] | None:
     """The latest outcome of each (workload, format, producer) x consumer of `modelci compat`, as a table for the
-    compat page; None when this modelci keeps no compat results or none are stored."""
-    try:
-        from modelci.store.compat_schema import CompatResultRow
-    except ImportError:
-        return None
+    compat page; None when none are stored (or the history is from before compat results were kept)."""
+    from modelci.store.compat_schema import CompatResultRow
+
     if not store.has_table(CompatResultRow.__tablename__):
         return None
     c = CompatResultRow

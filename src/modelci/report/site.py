@@ -9,7 +9,6 @@ workload that prints `<script>` in its error shows that text and runs nothing.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.util
 import json
 import os
@@ -17,7 +16,6 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +32,7 @@ MANIFEST, MANIFEST_SCHEMA = ".modelci-site.json", 1
 #: below this many runs a forked child costs more than it saves
 FORK_MIN_RUNS = 100
 
-__all__ = ["SiteReport", "generate_site", "collect_alarms", "collect_compat", "collect_bisects", "PAGE_HOOKS"]
+__all__ = ["SiteReport", "generate_site", "collect_alarms", "collect_compat", "collect_bisects"]
 
 
 @dataclass
@@ -55,80 +53,90 @@ class SiteReport:
     phases: dict[str, float] = field(default_factory=dict)
 
 
-# -- hooks for the parts other engineers are building ------------------------------------------------------------
-
-
-def _optional(module: str) -> Any:
-    """Import a modelci module that may not exist yet; None when it (or its package) is absent. An error raised
-    inside a module that does exist still propagates: a bug there must not look like "not there yet"."""
-    try:
-        found = importlib.util.find_spec(module)
-    except ModuleNotFoundError:  # the parent package is absent
-        return None
-    return importlib.import_module(module) if found is not None else None
-
-
-def _alarm_query() -> Callable[[Any], list[Any]] | None:
-    lifecycle = _optional("modelci.alarms.lifecycle")
-    query = getattr(lifecycle, "list_alarms", None) if lifecycle is not None else None
-    return query if callable(query) else None
-
-
-def alarm_store_present() -> bool:
-    """Whether this modelci tracks alarms (`modelci.alarms.lifecycle.list_alarms`); the index says so when not."""
-    return _alarm_query() is not None
+# -- what the site shows besides the runs --------------------------------------------------------------------------
 
 
 def collect_alarms(store: Any) -> list[dict[str, Any]]:
     """The live alarms (open, acknowledged, silenced) as dicts: id, workload, runner, check, metric, kind, target
-    (the label of the target it first fired on), state, message, opened_at; [] when there is no alarms module."""
-    query = _alarm_query()
-    if query is None:
-        return []
+    (the label of the target it first fired on), state, message, opened_at, recovered, last_target."""
+    from modelci.alarms.lifecycle import list_alarms
+
     keys = ("id", "workload", "runner", "check", "metric", "kind", "target", "message", "opened_at", "recovered",
             "last_target")
     rows = []
-    for alarm in query(store):
-        row = {key: getattr(alarm, key, None) for key in keys}
-        row["state"] = getattr(alarm, "status", None) or getattr(alarm, "state", "open")
+    for alarm in list_alarms(store):
+        row = {key: getattr(alarm, key) for key in keys}
+        row["state"] = alarm.status
         rows.append(row)
     return rows
 
 
-def _table_hook(module: str, function: str) -> Callable[[Any], dict[str, Any] | None]:
-    def collect(store: Any) -> dict[str, Any] | None:
-        found = _optional(module)
-        query = getattr(found, function, None) if found is not None else None
-        return query(store) if callable(query) else None
-
-    collect.__name__ = f"collect_{module.rsplit('.', 1)[-1]}"
-    collect.__doc__ = (f"The {module}.{function}(store) table for its page, or None when the module is absent "
-                       "or has nothing stored.")
-    return collect
-
-
 def collect_compat(store: Any) -> dict[str, Any] | None:
-    """The compat page's table: `modelci.compat.report_table(store)` when that module offers one, else the
-    latest outcomes stored in the compat_results table; None when there are none."""
-    table = _table_hook("modelci.compat", "report_table")(store)
-    return table if table is not None else queries.compat_table(store)
+    """The compat matrix (`queries.compat_table`): the latest check of each pair of builds; None when no compat
+    check is stored."""
+    return queries.compat_table(store)
 
 
-collect_bisects = _table_hook("modelci.bisect", "report_table")
+def collect_bisects(store: Any) -> tuple[dict[str, Any] | None, list[tuple[str, dict[str, Any]]]]:
+    """The bisect page's table, a row per stored bisect (newest first) with its culprit, PR and probes, and a
+    page per bisect listing its probes, each linked to the run it stored; (None, []) when none is stored."""
+    rows, pages = [], []
+    for bisect in store.bisects():
+        result = bisect.result
+        culprit, last_good = result.get("culprit") or {}, result.get("last_good") or {}
+        probes = result.get("probes", [])
+        page = f"bisects/{bisect.id}.html"
+        found = bisect.status == "found"
+        rows.append({"label": f"{bisect.workload} · {bisect.check}"
+                              + (" (improvement)" if bisect.direction == "improvement" else ""),
+                     "href": page, "cells": [
+            {"text": bisect.status, "status": "ok" if found else "failed"},
+            {"text": _suspect_text(culprit) if culprit else result.get("message", "")},
+            {"text": f"#{culprit['pr']}" if culprit.get("pr") else ""},
+            {"text": _suspect_text(last_good) if last_good else ""},
+            {"text": f"{len(probes)} probes, {result.get('rounds', 0)} rounds over {result.get('range_size', 0)} "
+                     f"candidates", "href": page},
+            {"text": when(bisect.created_at)},
+        ]})
+        probe_rows = [{"label": probe.get("label") or probe.get("item", ""), "cells": [
+            {"text": "ends" if probe.get("round") == 0 else "confirm" if (probe.get("round") or 0) < 0
+             else str(probe.get("round"))},
+            {"text": probe.get("verdict", ""), "status": _VERDICT_STATUS.get(probe.get("verdict", ""), "none")},
+            {"text": probe.get("why", "")[:300]},
+            {"text": f"run {probe['run_id']}" + (" (reused)" if probe.get("reused") else ""),
+             "href": f"../runs/{probe['run_id']}.html"} if probe.get("run_id") else {"text": ""},
+        ]} for probe in probes]
+        what = "first improved" if bisect.direction == "improvement" else "first bad"
+        pages.append((page, {"title": f"bisect #{bisect.id}: {bisect.workload} on the {bisect.check} check",
+                             "intro": (f"{what}: {_suspect_text(culprit)}" if culprit else result.get("message", ""))
+                             + (f"; last good: {_suspect_text(last_good)}" if last_good else "")
+                             + (f". {result['evidence']}" if result.get("evidence") else ""),
+                             "columns": ["round", "verdict", "why", "run"], "rows": probe_rows}))
+    if not rows:
+        return None, []
+    table = {"title": "bisect results", "columns": ["status", "culprit", "PR", "last good", "probes", "when"],
+             "rows": rows, "intro": "Each bisect kept in the history: the commit or release it found, and the "
+                                    "probes that found it (each a stored run)."}
+    return table, pages
 
-#: (file, title, hook): a hook returns None (no page) or a table, which becomes a page linked from every page:
-#: `{"title", "intro", "columns": [str], "rows": [{"label", "href"?, "cells": [{"text", "status"?, "href"?}]}]}`
-PAGE_HOOKS: list[tuple[str, str, Callable[[Any], dict[str, Any] | None]]] = [
-    ("compat.html", "compat matrix", collect_compat),
-    ("bisect.html", "bisect results", collect_bisects),
-]
+
+#: a probe's verdict as a status colour of the site
+_VERDICT_STATUS = {"good": "ok", "old": "ok", "bad": "failed", "new": "failed", "skip": "skipped"}
+
+
+def _suspect_text(suspect: dict[str, Any]) -> str:
+    """A commit as `abc123def0 subject (author, date)`, or a release's spec."""
+    if not suspect.get("sha"):
+        return suspect.get("spec") or suspect.get("item", "")
+    who = ", ".join(part for part in (suspect.get("author"), suspect.get("date")) if part)
+    return f"{suspect['sha'][:10]} {suspect.get('subject', '')}" + (f" ({who})" if who else "")
 
 
 def change_detector(budget_s: float = 10.0) -> plots.ChangeFinder:
-    """`modelci.checks.history.detect_changes` behind a noise floor and a time budget (a no-op while absent)."""
-    history = _optional("modelci.checks.history")
-    detect = getattr(history, "detect_changes", None) if history is not None else None
-    return plots.ChangeFinder(detect, budget_s=budget_s)
+    """`modelci.checks.history.detect_changes` behind a noise floor and a time budget."""
+    from modelci.checks import history  # ruptures and scipy load only once a series is long enough
+
+    return plots.ChangeFinder(history.detect_changes, budget_s=budget_s)
 
 
 # -- generation ---------------------------------------------------------------------------------------------------
@@ -155,10 +163,12 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
     history = queries.load_history(store)
     alarms = collect_alarms(store)
     extras = []
-    for filename, title, hook in PAGE_HOOKS:
-        table = hook(store)
-        if table is not None:
-            extras.append((filename, title, table))
+    compat_table = collect_compat(store)
+    if compat_table is not None:
+        extras.append(("compat.html", "compat matrix", compat_table))
+    bisect_table, bisect_pages = collect_bisects(store)
+    if bisect_table is not None:
+        extras.append(("bisect.html", "bisect results", bisect_table))
     phase("load")
     pages = _Pages(out, report, [(filename, title) for filename, title, _ in extras])
     by_workload = history.by_workload()
@@ -187,6 +197,10 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
     for filename, title, table in extras:
         pages.write(filename, "table.html", title=title, table=_table(table, title))
         report.extra_pages.append(filename)
+    if bisect_pages:
+        (out / "bisects").mkdir(exist_ok=True)
+    for filename, table in bisect_pages:
+        pages.write(filename, "table.html", title=table["title"], table=_table(table, table["title"]))
     report.seconds = time.perf_counter() - started
     report.cpu_seconds = time.process_time() - cpu + report.child_cpu_seconds
     return report
@@ -293,7 +307,7 @@ def _read_manifest(path: Path, key: str) -> dict[str, str]:
 
 
 def _table(table: dict[str, Any], title: str) -> dict[str, Any]:
-    """A hook's table with every optional key present, so the template can stay strict about its own names."""
+    """A table with every optional key present, so the template can stay strict about its own names."""
     rows = [{"label": row.get("label", ""), "href": row.get("href"),
              "cells": [{"text": cell.get("text", ""), "status": cell.get("status"), "href": cell.get("href")}
                        for cell in row.get("cells", [])]}
@@ -385,7 +399,7 @@ def _index_context(history: History, slugs: dict[str, str], alarms: list[dict[st
         runs.append({"run": run, "target": history.targets[run.target_id].label, "counts": sorted(counts.items()),
                      "confirmations": [part.id for part in parts.get(run.id, [])]})
     return {"title": "modelci dashboard", "runners": runners, "rows": rows, "runs": runs,
-            "alarms": alarms, "alarm_store": alarm_store_present(), "slugs": slugs,
+            "alarms": alarms, "slugs": slugs,
             "totals": {"runs": len(history.own_runs()), "targets": len(history.targets), "workloads": len(slugs),
                        "results": len(history.results)}}
 
@@ -470,7 +484,7 @@ def _workload_context(store: Any, history: History, workload: str, results: list
     return {"title": workload, "workload": workload, "framework": first.framework, "domain": first.domain,
             "figures": figures, "plot_json": plot_json(figures), "rows": rows, "total": len(results),
             "changes": changes, "detection": detect.detect is not None, "skipped": detect.skipped, "alarms": mine,
-            "alarm_store": alarm_store_present(), "slugs": slugs}
+            "slugs": slugs}
 
 
 def _overlay(store: Any, history: History, points: list[plots.Point], count: int) -> dict[str, Any] | None:

@@ -24,8 +24,9 @@ from sqlalchemy.orm import Session, sessionmaker
 import modelci
 from modelci.errors import HarnessError, UserError
 from modelci.targets import label as target_label, order_key
-from modelci.records import Metric, Result, clean_result, clean_text
+from modelci.records import Metric, Result, clean, clean_result, clean_text
 from modelci.store import alarms_schema  # noqa: F401  (registers its tables with Base)
+from modelci.store import bisect_schema  # noqa: F401  (registers its table with Base)
 from modelci.store import compat_schema  # noqa: F401  (registers its tables with Base)
 from modelci.store import noise_schema  # noqa: F401  (registers its table with Base)
 from modelci.store.artifacts import ArtifactStore
@@ -409,6 +410,28 @@ class Store:
                               row.wheel_sha256 or "", target_label(row.kind, row.name, row.version, row.commit,
                                                                    row.wheel_sha256, row.spec))
                     for row in session.execute(stmt)]
+
+    def add_bisect(self, runner: str, result: dict[str, Any], command: str = "") -> int:
+        """Keep a bisect's outcome (`BisectResult.to_json()`); returns its id."""
+        from modelci.store.bisect_schema import BisectRow
+
+        culprit = (result.get("culprit") or {}).get("item", "")
+        row = BisectRow(runner=runner, workload=result["workload"], check=result["check"],
+                        direction=result.get("direction", "regression"), status=result["status"], culprit=culprit,
+                        result=clean(result), command=clean_text(command))
+        with self.write() as session:
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def bisects(self, limit: int = 100) -> list[Any]:
+        """The latest bisects' outcomes (BisectRow), newest first; none in a history from before they were kept."""
+        from modelci.store.bisect_schema import BisectRow
+
+        if not self.has_table("bisects"):
+            return []
+        with self.read() as session:
+            return list(session.scalars(select(BisectRow).order_by(BisectRow.id.desc()).limit(limit)))
 
     def run_of_result(self, result_id: int) -> int | None:
         """The id of the run that holds a stored result."""
