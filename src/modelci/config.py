@@ -82,6 +82,10 @@ class Config:
     isolation: str = option("fork", "how each workload gets a fresh process: fork (one warm worker per environment "
                                     "imports the framework once and forks a child per workload; spawn where forking "
                                     "is unsafe) or spawn (a new interpreter per workload)", choices=("fork", "spawn"))
+    executor: str = option("local", "where the workloads run: local (this machine) or ray (the nodes of a Ray "
+                                    "cluster, `pip install 'modelci[ray]'`; docs/ray.md)", choices=("local", "ray"))
+    ray_address: str = option("", "the Ray cluster of `executor = \"ray\"`: the head node's HOST:PORT (or auto); "
+                                  "empty: RAY_ADDRESS, else a Ray instance started on this machine for the command")
     progress_every: float = option(30.0, "seconds between the `still ...` lines of a long step (an environment "
                                          "build, a workload) when the output is not a terminal", minimum=0,
                                    above=True)

@@ -52,25 +52,40 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
     return suites
 
 
+def locked_environment(target: targets.Target, lock: envs.lockfile.Lock, python: str, index: envs.IndexConfig,
+                       cache: Path, environ: dict[str, str], log: Any = print) -> envs.Environment:
+    """Exactly the environment of `lock`, for `target` (built, or taken from the cache); a git target's commit
+    is built first (a pythonpath build's package is not in the lock: it goes on the path)."""
+    if target.kind == "git":
+        builds.prepare(target, cache, python=python, index=index, log=log)
+    env = envs.ensure_locked(lock, target, python, index, cache, log=log, environ=environ,
+                             on_path=bool(target.paths))
+    env.paths = list(target.paths)
+    return env
+
+
+def index_for(config: Config) -> envs.IndexConfig:
+    """Where the environments' packages come from: pip's configuration, plus the configured constraints."""
+    index = envs.IndexConfig.from_pip()
+    index.constraints += envs.constraints.for_config(config.env, Path(config.cache_dir), sysconfig.get_platform())
+    return index
+
+
 def environment_for(config: Config, target: targets.Target, extra: list[str] = (), log: Any = print, *,
-                    lock: envs.lockfile.Lock | None = None, compile_bytecode: bool = True) -> envs.Environment:
+                    lock: envs.lockfile.Lock | None = None, compile_bytecode: bool = True,
+                    index: envs.IndexConfig | None = None) -> envs.Environment:
     """The environment for a target plus extra requirements, or exactly `lock`; `current` is this interpreter.
 
     A pythonpath build of a commit gives the environment of its dependencies, shared by every commit that
-    declares the same ones, with the commit's checkout in `paths` (see builds.prepare)."""
+    declares the same ones, with the commit's checkout in `paths` (see builds.prepare). `index` (default:
+    `index_for(config)`) is where packages come from: a Ray node rebuilds the run's lock from the driver's."""
     cache = Path(config.cache_dir)
     environ = workload_environ(config)
     if target.kind == "current" and lock is None:
         return envs.current(cache, environ=environ)
-    index = envs.IndexConfig.from_pip()
-    index.constraints += envs.constraints.for_config(config.env, cache, sysconfig.get_platform())
+    index = index or index_for(config)
     if lock is not None:
-        if target.kind == "git":  # a pythonpath build's package is not in the lock: it goes on the path
-            builds.prepare(target, cache, python=config.python, index=index, log=log)
-        env = envs.ensure_locked(lock, target, config.python, index, cache, log=log, environ=environ,
-                                 on_path=bool(target.paths))
-        env.paths = list(target.paths)
-        return env
+        return locked_environment(target, lock, config.python, index, cache, environ, log)
     requirements = list(target.requirements)
     if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
         requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)

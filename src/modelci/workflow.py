@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from modelci import builds, cancel, checks, envs, steps, targets
+from modelci import builds, cancel, checks, envs, execute, steps, targets
 from modelci.config import Config
 from modelci.errors import UserError
 from modelci.execute import forked
+from modelci.execute.base import Executor
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
 
@@ -125,7 +126,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         return failed_build(config, shared or steps.open_store(config), target, exc, suites, suite_specs, pattern,
                             command, alarms=alarms)
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=steps.scratch_root(config)))
-    executor = _executor(config, env, scratch, pool)
+    executor = _executor(config, env, target, scratch, pool)
     try:
         # the worker imports the framework while this process opens the store and imports the later steps
         executor.start(suites)
@@ -151,7 +152,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                 env = steps.environment_for(config, target, [*early, *extra], log=progress.note,
                                             compile_bytecode=compile_bytecode)
             _finish(executor, pool)
-            executor = _executor(config, env, scratch, pool)
+            executor = _executor(config, env, target, scratch, pool)
         outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner, timings=timings)
         all_found = [WorkloadInfo.from_json(w) for w in found["workloads"]]
         results = steps.error_results(errors, suites, all_found)
@@ -224,7 +225,7 @@ def _unjudged(outcome: RunOutcome, results: list[Result]) -> RunOutcome:
 
 def _after_ingest(config: Config, store: Store, target: targets.Target, env: envs.Environment,
                   results: list[Result], suites: dict[str, Path], workloads: list[WorkloadInfo], scratch: Path,
-                  executor: forked.Executor, outcome: RunOutcome, alarms: bool, judge: bool,
+                  executor: Executor, outcome: RunOutcome, alarms: bool, judge: bool,
                   pool: WorkerPool | None = None) -> None:
     """The steps after the run is stored: compat records, the checks (unless not `judge`), the alarm step."""
     from modelci import compat
@@ -280,19 +281,19 @@ def _timed(timings: dict[str, float], step: str) -> Any:
         timings[step] = timings.get(step, 0.0) + time.perf_counter() - start
 
 
-def _executor(config: Config, env: envs.Environment, scratch: Path, pool: WorkerPool | None = None) -> forked.Executor:
-    """The executor of one environment: a warm worker to fork from (`isolation = "fork"`), or fresh processes;
-    with `pool`, one that the pool keeps warm across runs."""
-    if pool is not None:
+def _executor(config: Config, env: envs.Environment, target: targets.Target, scratch: Path,
+              pool: WorkerPool | None = None) -> Executor:
+    """The run's executor, as the `executor` option says (`execute.create`): locally, a warm worker to fork from
+    (`isolation = "fork"`) or fresh processes, and with `pool`, a local one that the pool keeps warm across runs;
+    or the nodes of a Ray cluster."""
+    if pool is not None and config.executor == "local":
         return pool.acquire(config, env, scratch)
-    return forked.Executor(env.python, scratch, seed=config.seed, threads=config.threads,
-                           isolation=config.isolation, start_timeout=config.timeout,
-                           paths=env.paths)
+    return execute.create(config, env, target, scratch)
 
 
-def _finish(executor: forked.Executor, pool: WorkerPool | None) -> None:
-    """Stop the run's worker, or hand it back to the pool still warm (twice is harmless)."""
-    if pool is not None:
+def _finish(executor: Executor, pool: WorkerPool | None) -> None:
+    """Stop the run's executor, or hand a pool's back to it still warm (twice is harmless)."""
+    if pool is not None and isinstance(executor, forked.Executor):
         pool.release(executor)
     else:
         executor.close()
@@ -376,34 +377,40 @@ class WorkerPool:
 
 def _execute(config: Config, store: Store, target: targets.Target, env: envs.Environment,
              suites: dict[str, Path], workloads: list[WorkloadInfo], scratch: Path, results: list[Result],
-             reuse: bool, progress: Any, executor: forked.Executor | None = None) -> tuple[list[Result], int, bool]:
+             reuse: bool, progress: Any, executor: Executor | None = None) -> tuple[list[Result], int, bool]:
     """Execute each workload (or reuse a stored result); Ctrl-C stops here and keeps what finished.
 
     Without `executor` one is made for `env` (its worker starts at the first workload) and closed at the end.
+    Results come back in the order they finish (an executor may run several at once).
     """
     if executor is None:
-        with _executor(config, env, scratch) as own:
+        with _executor(config, env, target, scratch) as own:
             return _execute(config, store, target, env, suites, workloads, scratch, results, reuse, progress,
                             executor=own)
     reused = 0
     settings = measured_with(config)
     progress.start(len(workloads))
     try:
+        fresh = []
         for workload in workloads:
             previous = (store.reusable(target, env.id, config.runner, workload.id, workload.code_hash, settings)
                         if reuse else None)
-            if previous is not None:
-                previous.reused = True
-                results.append(previous)
-                reused += 1
-                progress.done(workload.id, previous, reused=True)
+            if previous is None:
+                fresh.append(workload)
                 continue
-            progress.begin(workload.id)
-            result = executor.run_workload(suites, workload, timeout=config.timeout,
-                                           repeats=config.repeats or None)
-            result.info["settings"] = settings
-            results.append(result)
-            progress.done(workload.id, result)
+            previous.reused = True
+            results.append(previous)
+            reused += 1
+            progress.done(workload.id, previous, reused=True)
+        running = executor.run(suites, fresh, timeout=config.timeout, repeats=config.repeats or None,
+                               started=lambda workload: progress.begin(workload.id))
+        try:
+            for result in running:
+                result.info["settings"] = settings
+                results.append(result)
+                progress.done(result.workload, result)
+        finally:
+            getattr(running, "close", lambda: None)()  # an executor ends the work it still has (cancelled)
     except KeyboardInterrupt:
         return results, reused, True
     finally:

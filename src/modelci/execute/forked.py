@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from modelci.errors import HarnessError, UserError
-from modelci.execute import local
+from modelci.execute import base, local
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
 from modelci.workload.processes import kill_group
@@ -224,12 +224,15 @@ class ForkOutcome:
     worker_rss: int = 0
 
 
-class Executor:
-    """Runs the workloads of one environment, forked from a warm worker or (fallback) in fresh processes.
+class Executor(base.Executor):
+    """The local executor: runs the workloads of one environment on this machine, forked from a warm worker or
+    (fallback) in fresh processes.
 
     The worker starts on first use, or earlier with `start`, and `close()` stops it; use the executor as a
-    context manager.
+    context manager. Results and saved models stay in its scratch folder (`files`).
     """
+
+    name = "local"
 
     def __init__(self, python: Path, scratch: Path, *, seed: int = 0, threads: int = 0, isolation: str = "fork",
                  start_timeout: float = 600.0, paths: list[str] = (), home: Path | None = None):
@@ -267,11 +270,10 @@ class Executor:
         """The isolation in force: `fork` while workloads are forked from the worker, else `spawn`."""
         return "spawn" if self.reason else "fork"
 
-    def __enter__(self) -> Executor:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    @property
+    def files(self) -> Path:
+        """The scratch folder: each workload's child writes its result and saved models there."""
+        return self.scratch
 
     def rebind(self, scratch: Path, paths: list[str] = ()) -> None:
         """Serve another run: its scratch folder and its paths; the warm worker stays."""

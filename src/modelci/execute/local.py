@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +47,8 @@ class WorkloadInfo:
     cls: str = ""
     #: machines its ranks span (`nodes * devices` ranks); more than 1 needs a cluster executor
     nodes: int = 1
+    #: what a node must offer to run it (`Workload.resources`), read by the Ray executor's placement
+    resources: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "WorkloadInfo":
@@ -56,6 +58,7 @@ class WorkloadInfo:
             domain=data["domain"], steps=data["steps"], formats=data["formats"], devices=data["devices"],
             requires=data["requires"], code_hash=data["code_hash"], cls=data.get("class", ""),
             nodes=int(data.get("nodes", 1)),
+            resources=dict(data.get("resources") or {}),
         )
 
 

@@ -81,6 +81,11 @@ class Workload:
     #: number of machines the ranks span (`nodes * devices` ranks in all); more than 1 needs a cluster executor
     #: (`executor = "ray"`), which starts `devices` ranks on each of `nodes` different nodes
     nodes: ClassVar[int] = 1
+    #: what a node must offer to run it, for the Ray executor's placement: `{"gpu": 1}`, `{"cpu": 4}`,
+    #: `{"memory": 8e9}` (bytes) or a custom resource a node was started with (`{"a100": 1}`); docs/ray.md.
+    #: A workload that no node of the cluster can place is `skipped` with the reason. The local executor runs
+    #: every workload on this machine.
+    resources: ClassVar[dict[str, float]] = {}
     #: inference warm-up calls and timed repeats
     warmup: ClassVar[int] = 1
     repeats: ClassVar[int] = 5

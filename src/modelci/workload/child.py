@@ -146,6 +146,18 @@ NAME_RULE = re.compile(r"[^\W][\w.+=-]*")
 NAME_MAX = 100
 
 
+def resources_problem(resources: Any) -> str:
+    """What is wrong with a workload's `resources`, or "" (a table of resource name -> amount, none negative)."""
+    if not isinstance(resources, dict):
+        return f"`resources` must be a dict of resource name -> amount (e.g. {{\"gpu\": 1}}), not {resources!r}"
+    for key, amount in resources.items():
+        if not isinstance(key, str) or not key:
+            return f"`resources` names a resource {key!r}; names are non-empty strings"
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount >= 0:
+            return f"`resources` asks for {amount!r} of {key!r}; an amount is a number, 0 or more"
+    return ""
+
+
 def name_problem(name: Any) -> str:
     """Why `name` cannot be a workload name (the rule it breaks), or "" when it can."""
     if not isinstance(name, str) or not name:
@@ -196,6 +208,7 @@ def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dic
         "devices": int(cls.devices),
         "nodes": int(getattr(cls, "nodes", 1)),
         "requires": list(cls.requires),
+        "resources": {str(k): float(v) for k, v in dict(getattr(cls, "resources", {})).items()},
         "code_hash": code_hash,
     }
 
@@ -229,11 +242,16 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
                 continue
             for cls in classes:
                 problem = name_problem(cls.workload_name())
+                wrong = resources_problem(getattr(cls, "resources", {}))
                 if problem:
                     errors.append({"suite": suite, "file": str(path), "line": source_line(cls), "code_hash": digest,
                                    "workload": f"{suite}/{path.name}:{cls.__name__}",
                                    "message": f"class {cls.__name__}: workload name {cls.workload_name()!r} is not "
                                               f"allowed: {problem}; set `name` to one that is"})
+                elif wrong:
+                    errors.append({"suite": suite, "file": str(path), "line": source_line(cls), "code_hash": digest,
+                                   "workload": f"{suite}/{cls.workload_name()}",
+                                   "message": f"class {cls.__name__}: {wrong}"})
                 else:
                     workloads.append(describe(cls, suite, path, digest) | {"line": source_line(cls)})
     return {"protocol": PROTOCOL, "workloads": workloads, "errors": errors + duplicates(workloads)}
