@@ -363,7 +363,8 @@ def _workload_json(workload: WorkloadInfo) -> dict[str, Any]:
     return {"id": workload.id, "name": workload.name, "suite": workload.suite, "file": workload.file,
             "framework": workload.framework, "domain": workload.domain, "steps": workload.steps,
             "formats": workload.formats, "devices": workload.devices, "requires": workload.requires,
-            "code_hash": workload.code_hash, "class": workload.cls, "resources": workload.resources}
+            "code_hash": workload.code_hash, "class": workload.cls, "resources": workload.resources,
+            "nodes": workload.nodes}
 
 
 def _version() -> str:
