@@ -79,7 +79,7 @@ def main() -> None:
     os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     from ray.cluster_utils import Cluster
 
-    from modelci import config, envs, execute, targets, workflow
+    from modelci import config, envs, execute, steps, targets
     from modelci.execute.local import WorkloadInfo
     from modelci.execute.ray_executor import disconnect
 
@@ -99,7 +99,7 @@ def main() -> None:
         local_config = config.load(cli=options, cwd=work, environ={})
         ray_config = config.load(cli=dict(options, executor="ray", ray_address=cluster.address), cwd=work,
                                  environ={})
-        env = envs.current(Path(options["cache_dir"]), environ=workflow._workload_environ(local_config))
+        env = envs.current(Path(options["cache_dir"]), environ=steps.workload_environ(local_config))
         target = targets.resolve("current")
         local = execute.create(local_config, env, target, work / "local")
         remote = execute.create(ray_config, env, target, work / "ray")

@@ -59,6 +59,9 @@ class ResultInfo(TypedDict, total=False):
     isolation: str
     isolation_reason: str
     worker_rss: int
+    # -- written by the Ray executor's agent (execute/ray_agent.py) ----------------------------------------
+    #: the node that ran it: {"id": Ray's node id, "address": its IP, "hostname"}
+    node: dict[str, str]
     # -- written by the workflow ---------------------------------------------------------------------------
     #: the harness settings it was measured with (seed, threads, repeats): what stored results are reused by
     settings: dict[str, int]

@@ -161,7 +161,7 @@ class NodeAgent:
         return folder
 
     def _environment(self, payload: dict[str, Any], settings: dict[str, Any], node: dict[str, str]) -> Any:
-        from modelci import envs, workflow
+        from modelci import envs, steps
 
         target = payload["target"]
         python = os.environ.get("MODELCI_PYTHON") or settings["python"] or sys.executable
@@ -170,7 +170,7 @@ class NodeAgent:
         if target.kind == "current":
             env = envs.current(self.cache, environ=environ)
         else:
-            env = workflow.locked_environment(target, payload["lock"], python, payload["index"], self.cache,
+            env = steps.locked_environment(target, payload["lock"], python, payload["index"], self.cache,
                                               environ, log)
         if env.id != payload["environment"]:
             raise UserError(f"the environment here is {env.id}, the driver's {payload['environment']}: "

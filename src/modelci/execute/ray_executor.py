@@ -152,7 +152,7 @@ class RayExecutor(base.Executor):
         self.config, self.env, self.target, self.local = config, env, target, local_executor
         self.seed = local_executor.seed
         self._connect_s = 0.0
-        self.address = config.values.get("ray_address", "") or ""
+        self.address = config.ray_address
         self._payload_ref: Any = None
         self._fetched = 0
 
@@ -208,7 +208,7 @@ class RayExecutor(base.Executor):
         task = _connection.get("task") or _connection.setdefault("task", ray.remote(ray_agent.run_task))
         payload = self._payload(ray, suites)
         known = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
-        threads = int(self.config.values.get("threads", 0) or 0)
+        threads = self.config.threads
         pending: dict[Any, tuple[WorkloadInfo, dict[str, float]]] = {}
         try:
             for workload in workloads:
@@ -263,7 +263,7 @@ class RayExecutor(base.Executor):
         fingerprint, where packages come from, the settings that shape a result, and the suites."""
         if self._payload_ref is not None:
             return self._payload_ref
-        from modelci import workflow
+        from modelci import steps
         from modelci.envs import lockfile
 
         env, target, config = self.env, self.target, self.config
@@ -271,16 +271,16 @@ class RayExecutor(base.Executor):
         if target.kind != "current":
             lock = lockfile.Lock.of(env.lock, env.fingerprint, environment=env.id,
                                     source=f"the run's environment {env.id}")
-        sources = getattr(config, "sources", {})
-        travelling = {name: ray_agent.suite_payload(folder, workflow.ZOO) for name, folder in suites.items()}
+        sources = config.sources
+        travelling = {name: ray_agent.suite_payload(folder, steps.ZOO) for name, folder in suites.items()}
         digest = hashlib.sha256(repr(sorted((name, entry.get("digest") or entry.get("zoo"))
                                             for name, entry in travelling.items())).encode()).hexdigest()[:16]
         payload = {
             "modelci": _version(), "target": target, "lock": lock, "environment": env.id,
             "fingerprint": ray_agent.software(env.fingerprint),
-            "index": workflow.index_for(config) if lock is not None else None,
-            "settings": {"seed": config.seed, "threads": int(config.values.get("threads", 0) or 0),
-                         "isolation": config.values.get("isolation", "fork"), "start_timeout": float(config.timeout),
+            "index": steps.index_for(config) if lock is not None else None,
+            "settings": {"seed": config.seed, "threads": config.threads,
+                         "isolation": config.isolation, "start_timeout": float(config.timeout),
                          "cache_dir": config.cache_dir if sources.get("cache_dir", "default") != "default" else "",
                          "python": config.python if sources.get("python", "default") != "default" else ""},
             "suites": travelling, "suites_digest": digest,
