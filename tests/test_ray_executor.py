@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -224,7 +226,7 @@ def test_a_node_that_dies_mid_run_gives_error_results_and_the_run_ends(project, 
     assert results["raysuite/OnA"].status == "ok"
     died = results["raysuite/Doomed"]
     assert died.status == "error", died.reason
-    assert doomed.node_id[:12] in died.reason and "died during the run" in died.reason
+    assert doomed.node_id[:12] in died.reason and "died during the run" in died.reason, died.reason
     assert gone(pids) == []
 
 
@@ -254,3 +256,37 @@ def test_sigterm_of_the_driver_ends_the_cluster_work_of_the_run(project, cluster
         if argv0.startswith(str(env_cache)):
             left.append((entry.name, argv0))
     assert left == []
+
+
+def test_without_an_address_the_run_starts_a_ray_instance_of_its_own_and_ends_it(project):
+    fake, suite, _, db = project
+    temp = Path(tempfile.mkdtemp(prefix="mci-", dir="/tmp"))  # short: Ray's socket paths live under it
+    env = {k: v for k, v in fake.env.items() if k not in ("MODELCI_RAY_ADDRESS", "RAY_ADDRESS")}
+    env["RAY_TMPDIR"] = str(temp)
+    report = fake.root / "own.json"
+    try:
+        done = subprocess.run([sys.executable, "-m", "modelci.cli", "run", "--target", str(fake.v10), "--suite",
+                               str(suite), "-k", "raysuite/Anywhere", "--json", str(report)],
+                              cwd=fake.root, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (result,) = stored(fake, db, report).values()
+        assert result.status == "ok" and result.info["node"]["id"]
+        # every process of that instance (GCS, raylet, workers: all run under its folder) ended with the command
+        left = []
+        deadline = time.monotonic() + PATIENCE_S
+        while True:
+            left = [entry.name for entry in Path("/proc").iterdir() if entry.name.isdigit()
+                    and str(temp) in _cmdline(entry)]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert left == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _cmdline(entry: Path) -> str:
+    try:
+        return (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -355,7 +355,11 @@ class RayExecutor(base.Executor):
 
 
 def _first_line(exc: BaseException) -> str:
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    """The start of an exception's message: its first line, and of that the first sentence (Ray's messages run
+    on for a paragraph of advice about its dashboard)."""
+    line = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    head, sep, _ = line.partition(". ")
+    return head if sep else line
 
 
 def _workload_json(workload: WorkloadInfo) -> dict[str, Any]:
