@@ -9,7 +9,8 @@ In a fresh project (its own history; the environment cache is the user's) it run
 gates with a regression or an improvement, and every result that is not ok. Nothing changed between two
 compares but the machine's load, so the sets of a pair should be equal. Side by side, from the same runs, it
 also reports the set a compare would have had with one pass per side and no confirmation (what the first pass
-flagged, before the A B B A confirmation judged it, memory included), which is how `compare` judged before.
+flagged, before the A B B A confirmation judged it, memory included), which is how `compare` judged before, and
+the set it would have had with one confirmation pair only (B A, before the third pass in the order A B).
 
 It also counts the alarms each compare opened (the JSON's `alarms`): an alarm must open only for a verdict of
 the compare's own set. For a pair that disagrees it lists each verdict found by one compare only, with the
@@ -80,6 +81,25 @@ def one_pass_set(report: dict) -> set[str]:
     return found
 
 
+def one_pair_set(report: dict) -> set[str]:
+    """What the compare would have said with one confirmation pair (B A), as before a third pass was added: the
+    gating set, less what the third pass rejected, plus what the first pair had confirmed and the third rejected
+    (the first pass and the pair agree on the verdict, their ratios within the factor of each other)."""
+    found = gating_set(report)
+    for result in report["results"]:
+        for f in result["findings"]:
+            confirmation = f["numbers"].get("confirmation") or {}
+            passes = confirmation.get("passes") or []
+            if len(passes) < 2 or not f["gating"]:
+                continue  # decided by the first pair (or not confirmed at all): the same either way
+            first, pair, factor = f["numbers"].get("ratio"), passes[0].get("ratio"), f["numbers"].get("factor")
+            word = passes[0].get("verdict")
+            if word in ("regression", "improvement") and first and pair and factor and \
+                    max(first, pair) / min(first, pair) <= factor:
+                found.add(f"{short(result['workload'])} {f['metric']} {word}")
+    return found
+
+
 def regressions(found: set[str]) -> set[str]:
     return {v for v in found if not v.endswith(" improvement")}
 
@@ -113,9 +133,15 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.from_reports:
-        kept = sorted(Path(args.from_reports).glob("compare*.json"), key=lambda p: int(p.stem[7:]))
-        runs = [{"code": int(bool(json.loads(p.read_text())["regressed"])), "wall": float("nan"),
-                 "load": float("nan"), "report": json.loads(p.read_text())} for p in kept]
+        kept = sorted((p for p in Path(args.from_reports).glob("compare*.json") if p.stem[7:].isdigit()),
+                      key=lambda p: int(p.stem[7:]))
+        runs = []
+        for path in kept:
+            meta = path.with_suffix(".meta.json")
+            known = json.loads(meta.read_text()) if meta.exists() else {}
+            runs.append({"code": known.get("code", int(bool(json.loads(path.read_text())["regressed"]))),
+                         "wall": known.get("wall", float("nan")), "load": known.get("load", float("nan")),
+                         "report": json.loads(path.read_text())})
         args.pairs = len(runs) // 2
         runs = runs[:2 * args.pairs]
     else:
@@ -127,8 +153,11 @@ def main() -> int:
                 if args.keep:
                     Path(args.keep).mkdir(parents=True, exist_ok=True)
                     (Path(args.keep) / f"compare{i + 1}.json").write_text(json.dumps(runs[-1]["report"]))
+                    (Path(args.keep) / f"compare{i + 1}.meta.json").write_text(json.dumps(
+                        {k: runs[-1][k] for k in ("code", "wall", "load")}))
     sets = [gating_set(r["report"]) for r in runs]
     single = [one_pass_set(r["report"]) for r in runs]
+    paired = [one_pair_set(r["report"]) for r in runs]
     lines = [f"Measured {date.today()} on {platform.machine()} Linux ({os.cpu_count()} cores): "
              f"`python benchmarks/stability.py --a {args.a} --b {args.b} --suite {args.suite} --pairs {args.pairs}`.",
              "", "| compare | wall (s) | load | exit | gating verdicts | alarms opened | one pass, unconfirmed |",
@@ -139,15 +168,22 @@ def main() -> int:
                      f"{', '.join(sorted(found)) or '(none)'} | {opened} | {', '.join(sorted(first)) or '(none)'} |")
     agree = [sets[2 * p] == sets[2 * p + 1] for p in range(args.pairs)]
     agree_single = [single[2 * p] == single[2 * p + 1] for p in range(args.pairs)]
+    agree_paired = [paired[2 * p] == paired[2 * p + 1] for p in range(args.pairs)]
     agree_regressions = [regressions(sets[2 * p]) == regressions(sets[2 * p + 1]) for p in range(args.pairs)]
     agree_single_regressions = [regressions(single[2 * p]) == regressions(single[2 * p + 1])
                                 for p in range(args.pairs)]
     lines += ["", f"Pairs whose gating verdict sets agree: {sum(agree)} of {args.pairs} "
-                  f"(with one pass per side and no confirmation: {sum(agree_single)} of {args.pairs}); "
+                  f"(with one pass per side and no confirmation: {sum(agree_single)} of {args.pairs}; with one "
+                  f"confirmation pair, B A, as before the third pass: {sum(agree_paired)} of {args.pairs}); "
                   f"whose gating regressions agree: {sum(agree_regressions)} of {args.pairs} "
                   f"(one pass: {sum(agree_single_regressions)} of {args.pairs}); "
                   f"distinct sets over all {len(runs)} compares: {len({frozenset(s) for s in sets})} "
-                  f"(one pass: {len({frozenset(s) for s in single})})."]
+                  f"(one pass: {len({frozenset(s) for s in single})}; one pair: "
+                  f"{len({frozenset(s) for s in paired})})."]
+    for i, (found, before) in enumerate(zip(sets, paired), 1):
+        for verdict in sorted(before - found):
+            lines.append(f"- compare {i}: {verdict} confirmed by the B A pair, rejected by the third pass; ratios "
+                         f"(first pass / confirming passes) {ratios(runs[i - 1]['report'], verdict)}")
     for p in range(args.pairs):
         first, second = 2 * p, 2 * p + 1
         for verdict in sorted(sets[first] ^ sets[second]):
