@@ -39,6 +39,8 @@ from modelci.checks.policy import Finding, decided
 from modelci.checks.precision import check_outputs
 from modelci.errors import UserError
 from modelci.execute import local
+from modelci.gitrepo import GitRepo
+from modelci.lineage import Lineage, sort_key, version_of
 from modelci.store import Store
 from modelci.store import compat_schema as records
 from modelci.store.artifacts import CorruptArtifact
@@ -347,8 +349,6 @@ class Producers:
     """
 
     def __init__(self, from_spec: str | None, target: Any, cache_dir: Path | str):
-        from modelci.lineage import Lineage
-
         self.text = (from_spec or "").strip()
         self.target = target_dict(target)
         self.lineage = Lineage(cache_dir)
@@ -417,15 +417,11 @@ class Producers:
     @staticmethod
     def sort_key(producer: dict[str, Any]) -> tuple:
         """Oldest first: the order of the report's rows."""
-        from modelci.lineage import sort_key
-
         return sort_key(producer)
 
 
 def lineage_version(build: dict[str, Any]) -> Version | None:
     """A build's version (None when not PEP 440)."""
-    from modelci.lineage import version_of
-
     return version_of(build)
 
 
@@ -435,8 +431,6 @@ def _looks_like_specifier(text: str) -> bool:
 
 def _ref_in(target: Any, text: str, cache_dir: Path | str) -> str | None:
     """The sha `text` names in the target's repository, or None when it names no ref there."""
-    from modelci.gitrepo import GitRepo
-
     if text.startswith("git+") or text.endswith(".whl"):
         return None
     try:
@@ -464,8 +458,6 @@ def latest(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _order(manifest: dict[str, Any]) -> tuple:
-    from modelci.lineage import sort_key
-
     return manifest["workload"], manifest["format"], sort_key(manifest["producer"])
 
 

@@ -21,14 +21,15 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from modelci.errors import HarnessError, UserError
+from modelci.gitrepo import GitRepo, normalize_url
+from modelci.targets import parse_git_spec
+
 OLDER, SAME, NEWER, UNORDERED = "older", "same", "newer", "unordered"
 
 
 def repo_of(build: dict[str, Any]) -> str | None:
     """The repository a commit build came from (normalized), or None for a release or wheel."""
-    from modelci.gitrepo import normalize_url
-    from modelci.targets import parse_git_spec
-
     if not build.get("commit"):
         return None
     if build.get("repo"):
@@ -89,9 +90,6 @@ class Lineage:
 
     def _graph(self, url: str, a: str, b: str) -> str | None:
         """The commit graph's answer, or None when the mirror cannot be reached or lacks one of the commits."""
-        from modelci.errors import HarnessError, UserError
-        from modelci.gitrepo import GitRepo
-
         try:
             repo = self._repos.get(url) or self._repos.setdefault(url, GitRepo(url, self.cache_dir))
             for sha in (a, b):
