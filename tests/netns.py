@@ -134,8 +134,7 @@ class RayNodes:
 
     def _ray(self, args: list[str], name: str, inside: bool) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--block", f"--num-cpus={self.cpus}",
-               "--num-gpus=0", f"--object-store-memory={self.object_store_bytes}", "--include-dashboard=false",
-               "--disable-usage-stats"]
+               "--num-gpus=0", f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats"]
         env = dict(os.environ, RAY_TMPDIR=str(self.folder / name), RAY_USAGE_STATS_ENABLED="0")
         (self.folder / name).mkdir()
         log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 - the process holds it
@@ -149,10 +148,9 @@ class RayNodes:
         """Start the head, then the worker node, and wait until the cluster has both nodes alive."""
         try:
             self._ray(["--head", f"--node-ip-address={self.link.here}", f"--port={self.port}",
-                       f"--temp-dir={self.folder / 'head'}"], "head", inside=False)
+                       f"--temp-dir={self.folder / 'head'}", "--include-dashboard=false"], "head", inside=False)
             self._wait_for_gcs(timeout)
-            self._ray([f"--address={self.address}", f"--node-ip-address={self.link.there}",
-                       f"--temp-dir={self.folder / 'worker'}"], "worker", inside=True)
+            self._ray([f"--address={self.address}", f"--node-ip-address={self.link.there}"], "worker", inside=True)
             self.wait_for_nodes(2, timeout)
         except BaseException:
             self.stop()
