@@ -15,6 +15,7 @@ result naming the node and what differs. Everything here runs on the node; nothi
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -51,6 +52,9 @@ def software(fingerprint: dict[str, Any]) -> dict[str, Any]:
     facts = {k: v for k, v in fingerprint.items() if k not in MACHINE_KEYS}
     facts["numerics_env"] = {k: v for k, v in dict(fingerprint.get("numerics_env") or {}).items()
                              if k not in PER_TASK_VARIABLES}
+    # the loaded libraries in any order: the probe lists them as they were loaded, and a node's probe loaded
+    # torch's libgomp before numpy's OpenBLAS where the driver's loaded them the other way round
+    facts["libraries"] = sorted(fingerprint.get("libraries") or [], key=lambda lib: json.dumps(lib, sort_keys=True))
     return facts
 
 
@@ -185,14 +189,16 @@ class NodeAgent:
                             f"({details}); results measured here would not be comparable")
         return env
 
-    def run(self, info: WorkloadInfo, timeout: float, repeats: int | None,
-            save: bool = True) -> tuple[Result, dict[str, bytes]]:
-        """Run one workload in a scratch folder of its own; returns its Result and the files it saved."""
+    def run(self, info: WorkloadInfo, timeout: float, repeats: int | None, save: bool = True,
+            **node: Any) -> tuple[Result, dict[str, bytes]]:
+        """Run one workload in a scratch folder of its own; returns its Result and the files it saved. `node`
+        (`node=NodeRole`, `watch=`) runs one node's ranks of a workload that spans several (execute/ray_nodes.py)."""
         scratch = Path(tempfile.mkdtemp(prefix=local.scratch_prefix(info.name), dir=self.home))
         try:
             info.file = str(self._node_path(info))
             self.executor.rebind(scratch, self.env.paths)
-            result = self.executor.run_workload(self.suites, info, timeout=timeout, repeats=repeats, save=save)
+            result = self.executor.run_workload(self.suites, info, timeout=timeout, repeats=repeats, save=save,
+                                                **node)
             return result, collect_saved(result, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
