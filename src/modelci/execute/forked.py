@@ -332,11 +332,13 @@ class Executor(base.Executor):
         return json.loads(out.read_text())
 
     def run_workload(self, suites: dict[str, Path], workload: WorkloadInfo, *, timeout: float = 1800,
-                     repeats: int | None = None, save: bool = True, node: local.NodeRole | None = None) -> Result:
+                     repeats: int | None = None, save: bool = True, node: local.NodeRole | None = None,
+                     watch: Callable[[], bool] | None = None) -> Result:
         """Execute one workload, forked when that is safe, and turn whatever happened into a Result.
 
         A workload whose ranks span several nodes runs only given its `node` role (a cluster executor gives
-        it); without one it is `skipped` with the reason."""
+        it); without one it is `skipped` with the reason. `watch`, when given, is called while the workload runs,
+        and its processes are killed once it returns True (the result is then a timeout's: no result)."""
         skipped = None if node else local.needs_nodes(workload)
         if skipped:
             return skipped
@@ -346,10 +348,10 @@ class Executor(base.Executor):
         # with isolation = "spawn" every process is fresh, the other ranks of a `devices > 1` workload too
         argv = local.run_args(suites, workload, out, seed=self.seed, repeats=repeats, save=save,
                               ranks="spawn" if self.configured == "spawn" else "fork", node=node)
-        ended = None if self.reason else self._fork(CHILD, argv, out, timeout, workload.framework)
+        ended = None if self.reason else self._fork(CHILD, argv, out, timeout, workload.framework, watch)
         if ended is None:
             cmd = [str(self.python), "-m", "modelci.workload.child", *argv]
-            code, seconds = local.spawn(cmd, self._env(with_paths=True), out, timeout)
+            code, seconds = local.spawn(cmd, self._env(with_paths=True), out, timeout, watch)
             result = local.child_outcome(workload, out, code, seconds, timeout)
             result.info.update(isolation="spawn", isolation_reason=self.reason)
             return result

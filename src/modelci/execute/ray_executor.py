@@ -29,7 +29,7 @@ from typing import Any
 
 from modelci import cancel
 from modelci.errors import UserError
-from modelci.execute import base, local, ray_agent
+from modelci.execute import base, local, ray_agent, ray_nodes
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
 
@@ -210,9 +210,13 @@ class RayExecutor(base.Executor):
         known = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         threads = self.config.threads
         pending: dict[Any, tuple[WorkloadInfo, dict[str, float]]] = {}
+        spanning: list[WorkloadInfo] = []
         try:
             for workload in workloads:
                 wanted = demand(workload.resources, threads)
+                if workload.nodes > 1:  # its ranks span nodes: reserved and run together (execute/ray_nodes.py)
+                    spanning.append(workload)
+                    continue
                 if not any(fits(wanted, n) for n in known.values()):
                     yield self._unplaceable(workload, wanted, list(known.values()))
                     continue
@@ -220,6 +224,12 @@ class RayExecutor(base.Executor):
                 pending[ref] = (workload, wanted)
                 if started is not None:
                     started(workload)
+            for workload in spanning:
+                if started is not None:
+                    started(workload)
+                yield ray_nodes.run_spanning(ray, payload, workload, demand(workload.resources, threads),
+                                             timeout=timeout, repeats=repeats, save=save, nodes=list(known.values()),
+                                             receive=self._receive)
             while pending:
                 try:
                     ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
