@@ -135,7 +135,7 @@ class RayNodes:
     def _ray(self, args: list[str], name: str, inside: bool) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--block", f"--num-cpus={self.cpus}",
                "--num-gpus=0", f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats"]
-        env = dict(os.environ, RAY_TMPDIR=str(self.folder / name), RAY_USAGE_STATS_ENABLED="0")
+        env = {**os.environ, **self.environ(), "RAY_TMPDIR": str(self.folder / name)}
         (self.folder / name).mkdir()
         log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 - the process holds it
         proc = subprocess.Popen(self.link.inside(cmd) if inside else cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -168,12 +168,18 @@ class RayNodes:
                 time.sleep(0.2)
         raise RuntimeError(f"Ray's head did not listen on {self.address} within {timeout:g} s:\n{self.logs()}")
 
+    def environ(self) -> dict[str, str]:
+        """What a process joining this cluster (a node, a driver) needs in its environment: this cluster's session
+        folder, and no token authentication, whatever a token file in the home folder (`ray get-auth-token
+        --generate`, another cluster's) would switch on."""
+        return {"RAY_TMPDIR": str(self.folder / "head"), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
     def alive_nodes(self) -> list[str]:
         """The addresses of the cluster's live nodes, as the GCS says (a short-lived driver in a subprocess)."""
         probe = ("import json, ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
                  "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']]))" % self.address)
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                              env=dict(os.environ, RAY_TMPDIR=str(self.folder / "head")))
+                              env=dict(os.environ, **self.environ()))
         if done.returncode:
             return []
         return json.loads(done.stdout.strip().splitlines()[-1])
