@@ -22,7 +22,7 @@ import psycopg  # noqa: E402
 
 from netns import Link, RayNodes, processes_naming  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.torch]
 
 FAULTY_SUITE = '''\
 import os
