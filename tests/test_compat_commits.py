@@ -113,6 +113,9 @@ def test_bisect_check_compat_names_the_commit_that_broke_loading(tiny, build):
     assert result.check == "compat" and "KeyError" in result.evidence
     bad = [p for p in result.probes if p.verdict == "bad" and p.round > 0]
     assert all("load_failed" in p.why for p in bad)
+    # a probe that loads stored models runs nothing: it names the compat check it stored instead of a run
+    assert all(p.check_id and p.run_id is None for p in result.probes if p.verdict != "skip")
+    assert {p["check_id"] for p in result.to_json()["probes"]} == {p.check_id for p in result.probes}
 
 
 def test_bisect_cli_follows_the_models_of_a_named_producer(tiny, tmp_path):

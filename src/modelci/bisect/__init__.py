@@ -45,6 +45,8 @@ class Probe:
     built: bool = False  # a build happened for it (it was not in the build cache)
     reused: bool = False  # its result came from the history
     numbers: dict[str, Any] = field(default_factory=dict)
+    #: a compat probe: the id of its stored compat check (`--check compat --from` loads models, it runs nothing)
+    check_id: str = ""
 
 
 @dataclass
@@ -125,7 +127,7 @@ class BisectResult:
             "message": self.message,
             "probes": [{"item": p.item, "spec": p.spec, "label": p.label, "verdict": p.verdict, "why": p.why,
                         "status": p.status, "round": p.round, "run_id": p.run_id, "built": p.built, "reused": p.reused,
-                        "numbers": p.numbers} for p in self.probes],
+                        "check_id": p.check_id, "numbers": p.numbers} for p in self.probes],
         }
 
 
@@ -171,22 +173,24 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     from modelci.store import Store
 
     own = workflow.WorkerPool(config) if pool is None else None
+    opened: list[Store] = []  # the one history every probe runs on (`_bisect` opens it once the input is checked)
     try:
         result = _bisect(config, suite_specs, pattern, repo=repo, good=good, bad=bad, versions=versions, check=check,
                          first_parent=first_parent, build=build, jobs=jobs, log=log, command=command,
-                         from_spec=from_spec, improvement=improvement, pool=pool or own, into_spec=into_spec)
+                         from_spec=from_spec, improvement=improvement, pool=pool or own, into_spec=into_spec,
+                         opened=opened)
     finally:
         if own is not None:
             own.close()
     # kept as history, next to the runs its probes stored: the dashboard shows it (report/site.py)
-    Store.from_config(config).add_bisect(config.runner, result.to_json(), command)
+    opened[0].add_bisect(config.runner, result.to_json(), command)
     return result
 
 
 def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: str | None, good: str | None,
             bad: str | None, versions: list[str] | None, check: str | None, first_parent: bool, build: str | None,
             jobs: int, log: Callable[[str], object], command: str, from_spec: str | None, improvement: bool,
-            pool: Any, into_spec: str | None = None) -> BisectResult:
+            pool: Any, into_spec: str | None = None, opened: list[Any] | None = None) -> BisectResult:
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: give 1 or more probes per round")
     if versions is not None:
@@ -200,6 +204,8 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
     # opened once, before parallel probes could race to create the history; every probe runs on it, so none pays
     # the schema check or the compilation of the store's statements again
     store = Store.from_config(config)
+    if opened is not None:
+        opened.append(store)
     prober = _Prober(config, suite_specs, pattern, space, jobs, command, pool, store)
     if check == compat_probe.CHECK:
         prober.compat = compat_probe.CompatProber(config, suite_specs, pattern, from_spec, space.spec(space.good), log,
@@ -495,7 +501,7 @@ class _Prober:
         return Probe(item=item, spec=self.space.spec(item), label=self.space.describe(item), verdict=word,
                      why=meta.get("why") or why, status=result.status if result else "error", round=round,
                      run_id=meta.get("run_id"), built=item in self.built, reused=bool(meta.get("reused")),
-                     numbers=numbers or {})
+                     numbers=numbers or {}, check_id=meta.get("check_id") or "")
 
 
 def log2_bound(size: int, jobs: int = 1) -> int:
