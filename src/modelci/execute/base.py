@@ -52,7 +52,8 @@ class Executor(ABC):
     def run(self, suites: dict[str, Path], workloads: list[Any], *, timeout: float = 1800,
             repeats: int | None = None, started: Callable[[Any], object] | None = None) -> Iterator[Result]:
         """Execute `workloads`, yielding each Result as it finishes (an executor may run several at once, so
-        not necessarily in the given order); `started` hears of each workload as it is handed out.
+        not necessarily in the given order); `started` hears of each workload as it is handed out (one that runs
+        several at once names one still running again after each result, for the progress line).
 
         A KeyboardInterrupt (a cancelled command, `cancel`) stops the iteration; the executor ends the work it
         started before it propagates, and what was yielded is kept by the caller.

@@ -247,6 +247,8 @@ class RayExecutor(base.Executor):
                         yield self._lost(ray, workload, exc, known)
                     else:
                         yield self._receive(reply)
+                    if pending and started is not None:  # the progress line follows a workload still out there
+                        started(next(iter(pending.values()))[0])
                 if not ready:
                     yield from self._stranded(ray, pending, known)
         finally:
