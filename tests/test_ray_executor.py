@@ -103,6 +103,18 @@ class Doomed(_Waits):
 
 class Sleeper(_Waits):
     resources = {{"node_a": 1}}
+
+
+class Spare(_Waits):
+    """Waits on its first attempt only: run again (ray_retries), it finishes."""
+
+    resources = {{"spare": 1}}
+
+    def setup(self, ctx):
+        if (MARKS / "Spare.json").exists():
+            Anywhere.setup(self, ctx)
+        else:
+            super().setup(ctx)
 '''
 
 
@@ -228,6 +240,33 @@ def test_a_node_that_dies_mid_run_gives_error_results_and_the_run_ends(project, 
     assert died.status == "error", died.reason
     assert doomed.node_id[:12] in died.reason and "died during the run" in died.reason, died.reason
     assert gone(pids) == []
+
+
+def test_with_ray_retries_a_workload_whose_node_dies_runs_again_on_another_node(project, cluster):
+    fake, suite, marks, db = project
+    spares = [cluster[0].add_node(**node_args(resources={"spare": 1})) for _ in range(2)]
+    cluster[0].wait_for_nodes()
+    report = fake.root / "retried.json"
+    proc = subprocess.Popen([sys.executable, "-m", "modelci.cli", "run", "--target", str(fake.v10), "--suite",
+                             str(suite), "-k", "raysuite/Spare", "--json", str(report)],
+                            cwd=fake.root, env=dict(fake.env, MODELCI_RAY_RETRIES="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _, _, agent = wait_for(marks / "Spare.json", proc)
+        raylet = int(Path(f"/proc/{agent}/stat").read_text().rpartition(")")[2].split()[1])
+        (first,) = [n for n in spares if n.all_processes["raylet"][0].process.pid == raylet]
+        cluster[0].remove_node(first)
+        out, err = proc.communicate(timeout=PATIENCE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for node in spares:
+            if node in cluster[0].worker_nodes:
+                cluster[0].remove_node(node)
+    assert proc.returncode == 0, out + err
+    (result,) = stored(fake, db, report).values()
+    (second,) = [n for n in spares if n is not first]
+    assert result.status == "ok" and result.info["node"]["id"] == second.node_id
 
 
 def test_sigterm_of_the_driver_ends_the_cluster_work_of_the_run(project, cluster, env_cache):

@@ -86,6 +86,9 @@ class Config:
                                     "cluster, `pip install 'modelci[ray]'`; docs/ray.md)", choices=("local", "ray"))
     ray_address: str = option("", "the Ray cluster of `executor = \"ray\"`: the head node's HOST:PORT (or auto); "
                                   "empty: RAY_ADDRESS, else a Ray instance started on this machine for the command")
+    ray_retries: int = option(0, "with `executor = \"ray\"`: how many times a workload whose node died (or whose Ray "
+                                 "worker was killed) runs again, on a node that can place it (0: it is an error)",
+                              minimum=0)
     progress_every: float = option(30.0, "seconds between the `still ...` lines of a long step (an environment "
                                          "build, a workload) when the output is not a terminal", minimum=0,
                                    above=True)

@@ -258,14 +258,14 @@ class RayExecutor(base.Executor):
                 except Exception:  # noqa: BLE001 - a task that ended meanwhile, or a node already gone
                     pass
 
-    @staticmethod
-    def _submit(task: Any, payload: Any, workload: WorkloadInfo, wanted: dict[str, float], timeout: float,
+    def _submit(self, task: Any, payload: Any, workload: WorkloadInfo, wanted: dict[str, float], timeout: float,
                 repeats: int | None, save: bool) -> Any:
-        """Hand one workload to Ray as a task that asks for `wanted`; returns its ObjectRef. No retries: a
-        workload never runs twice in a run, and a lost one is reported as lost (`_lost`)."""
+        """Hand one workload to Ray as a task that asks for `wanted`; returns its ObjectRef. Ray runs it again
+        only when its node or worker died, `ray_retries` times at most (by default never: a lost workload is
+        reported as lost, `_lost`); a workload that fails, crashes or times out is a result, never retried."""
         custom = {k: v for k, v in wanted.items() if k not in ("CPU", "GPU", "memory")}
         options = dict(num_cpus=wanted.get("CPU", 0), num_gpus=wanted.get("GPU", 0), resources=custom,
-                       max_retries=0, retry_exceptions=False, name=f"modelci {workload.id}")
+                       max_retries=self.config.ray_retries, retry_exceptions=False, name=f"modelci {workload.id}")
         if wanted.get("memory"):
             options["memory"] = wanted["memory"]
         return task.options(**options).remote(payload, _workload_json(workload), timeout, repeats, save)
