@@ -62,6 +62,8 @@ class ResultInfo(TypedDict, total=False):
     # -- written by the Ray executor's agent (execute/ray_agent.py) ----------------------------------------
     #: the node that ran it: {"id": Ray's node id, "address": its IP, "hostname"}
     node: dict[str, str]
+    #: a workload that spans nodes (execute/ray_nodes.py): each node's rank, address, status and reason
+    nodes: list[dict[str, Any]]
     # -- written by the workflow ---------------------------------------------------------------------------
     #: the harness settings it was measured with (seed, threads, repeats): what stored results are reused by
     settings: dict[str, int]

@@ -31,16 +31,13 @@ from modelci import cancel
 from modelci.errors import UserError
 from modelci.execute import base, local, ray_agent, ray_nodes
 from modelci.execute.local import WorkloadInfo
+from modelci.execute.ray_placement import demand, describe_nodes, describe_resources, fits, node_of, workload_json
 from modelci.records import Result
 
 #: seconds between two looks at the cluster's nodes while no result comes back
 POLL_S = 1.0
 #: seconds to wait for the cluster to mark a node dead after it lost a task, so the reason can name it
 DEATH_NOTICE_S = 10.0
-#: how Ray names the resources a workload's `resources` may name in lower case
-RESOURCE_NAMES = {"cpu": "CPU", "gpu": "GPU"}
-#: the resources every node has that say nothing about what it can run (left out of messages)
-BOOKKEEPING = ("memory", "object_store_memory")
 
 _connection: dict[str, Any] = {"ray": None}
 
@@ -105,42 +102,6 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     except OSError as exc:
         raise UserError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
                         "`ray start --head`, or fix ray_address (MODELCI_RAY_ADDRESS)") from None
-
-
-def demand(resources: dict[str, float], threads: int) -> dict[str, float]:
-    """The Ray resources a workload asks for: one CPU per BLAS thread (at least one) unless it says otherwise,
-    `gpu` and `cpu` under Ray's names, `memory` in bytes, and any custom resource as it is named."""
-    wanted = {"CPU": float(max(threads, 1))}
-    for key, amount in resources.items():
-        wanted[RESOURCE_NAMES.get(key.lower(), key)] = float(amount)
-    return wanted
-
-
-def fits(wanted: dict[str, float], node: dict[str, Any]) -> bool:
-    """Whether a node (an entry of `ray.nodes()`) has at least what `wanted` asks for, in total."""
-    have = node.get("Resources") or {}
-    return all(have.get(name, 0.0) >= amount for name, amount in wanted.items() if amount > 0)
-
-
-def node_of(entry: dict[str, Any]) -> dict[str, str]:
-    """A node of `ray.nodes()` as a result records it (see `ray_agent.node_facts`)."""
-    return {"id": entry.get("NodeID", ""), "address": entry.get("NodeManagerAddress", ""),
-            "hostname": entry.get("NodeManagerHostname", "")}
-
-
-def describe_resources(wanted: dict[str, float]) -> str:
-    return ", ".join(f"{name} {amount:g}" for name, amount in sorted(wanted.items()) if amount > 0) or "nothing"
-
-
-def describe_nodes(nodes: list[dict[str, Any]], limit: int = 6) -> str:
-    """The alive nodes and what they offer, for a message."""
-    parts = []
-    for entry in nodes[:limit]:
-        have = {k: v for k, v in (entry.get("Resources") or {}).items()
-                if k not in BOOKKEEPING and not k.startswith(("node:", "accelerator_type:"))}
-        parts.append(f"{entry.get('NodeManagerAddress', '?')} ({describe_resources(have)})")
-    more = f" and {len(nodes) - limit} more" if len(nodes) > limit else ""
-    return "; ".join(parts) + more if parts else "none"
 
 
 class RayExecutor(base.Executor):
@@ -268,7 +229,7 @@ class RayExecutor(base.Executor):
                        max_retries=self.config.ray_retries, retry_exceptions=False, name=f"modelci {workload.id}")
         if wanted.get("memory"):
             options["memory"] = wanted["memory"]
-        return task.options(**options).remote(payload, _workload_json(workload), timeout, repeats, save)
+        return task.options(**options).remote(payload, workload_json(workload), timeout, repeats, save)
 
     def _payload(self, ray: Any, suites: dict[str, Path]) -> Any:
         """What every task of the run gets (put into the object store once): the environment's lock and
@@ -372,15 +333,6 @@ def _first_line(exc: BaseException) -> str:
     line = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
     head, sep, _ = line.partition(". ")
     return head if sep else line
-
-
-def _workload_json(workload: WorkloadInfo) -> dict[str, Any]:
-    """A WorkloadInfo as discovery's record, which `WorkloadInfo.from_json` reads back on the node."""
-    return {"id": workload.id, "name": workload.name, "suite": workload.suite, "file": workload.file,
-            "framework": workload.framework, "domain": workload.domain, "steps": workload.steps,
-            "formats": workload.formats, "devices": workload.devices, "requires": workload.requires,
-            "code_hash": workload.code_hash, "class": workload.cls, "resources": workload.resources,
-            "nodes": workload.nodes}
 
 
 def _version() -> str:

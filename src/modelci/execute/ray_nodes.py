@@ -48,7 +48,7 @@ def free_port(address: str) -> int:
 
 
 def node_demand(wanted: dict[str, float], workload: WorkloadInfo) -> dict[str, float]:
-    """What one node's bundle holds: the workload's demand (`ray_executor.demand`), with at least a CPU for each
+    """What one node's bundle holds: the workload's demand (`ray_placement.demand`), with at least a CPU for each
     of the node's `devices` ranks."""
     bundle = {name: amount for name, amount in wanted.items() if amount > 0}
     bundle["CPU"] = max(bundle.get("CPU", 0.0), float(max(1, workload.devices)))
@@ -115,7 +115,7 @@ def run_spanning(ray: Any, payload: Any, workload: WorkloadInfo, wanted: dict[st
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from modelci.execute.ray_executor import describe_nodes, describe_resources
+    from modelci.execute.ray_placement import describe_nodes, describe_resources
 
     count = workload.nodes
     bundle = node_demand(wanted, workload)
@@ -248,7 +248,7 @@ def combine(workload: WorkloadInfo, replies: list[dict[str, Any] | None], prepar
 
 
 def _record(workload: WorkloadInfo) -> dict[str, Any]:
-    from modelci.execute.ray_executor import _workload_json
+    from modelci.execute.ray_placement import workload_json as _workload_json
 
     return _workload_json(workload)
 
