@@ -283,8 +283,10 @@ def test_start_launches_the_worker_without_waiting_and_close_stops_one_still_imp
     executor = forked.Executor(Path(sys.executable), tmp_path / "dropped", isolation="fork", threads=1)
     executor.start(suites)
     worker = executor.worker
-    executor.close()  # e.g. the store would not open: the worker is killed, not waited for
-    assert worker.proc.returncode == -signal.SIGKILL and executor.worker is None
+    executor.close()  # e.g. the store would not open: the worker is stopped, not waited for
+    # stopped by SIGTERM (which it takes as the harness going away: it exits 1 once its handler is in place) or,
+    # failing that, by the SIGKILL to its group; never the 0 of a worker that ended by itself
+    assert worker.proc.returncode in (1, -signal.SIGTERM, -signal.SIGKILL) and executor.worker is None
 
 
 def torch_env(tmp_path: Path, monkeypatch, spec: str = "torch==2.13.0"):

@@ -230,6 +230,44 @@ class BackgroundThenHang(modelci.Workload):
 '''
 
 
+SETSID_BACKGROUND = '''
+class SetsidBackground(modelci.Workload):
+    """Starts a process in a session of its own (out of the workload's process group), then ends normally."""
+
+    framework = "python"
+
+    def setup(self, ctx):
+        import os, pathlib, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        pathlib.Path(os.environ["PROBE_DIR"], "background").write_text(str(child.pid))
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+    def infer(self, ctx):
+        return {"y": [1.0]}
+'''
+
+SETSID_THEN_HANG = '''
+class SetsidThenHang(modelci.Workload):
+    """Starts a process in a session of its own, tells the probe, then spins forever."""
+
+    framework = "python"
+
+    def setup(self, ctx):
+        import os, pathlib, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        pathlib.Path(os.environ["PROBE_DIR"], "hanging").write_text(str(child.pid))
+        while True:
+            pass
+
+    def train_step(self, ctx, step):
+        return 0.0
+
+    def infer(self, ctx):
+        return {"y": [0.0]}
+'''
+
 def workload(name: str, body: str = "", attrs: str = "", base: str = "modelci.Workload") -> str:
     """The source of a small workload class `name` whose phases are ok unless `body` (in `setup`) says otherwise."""
     attrs = textwrap.indent(textwrap.dedent(attrs).strip(), "    ") if attrs.strip() else ""

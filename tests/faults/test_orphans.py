@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 
 import pytest
-from probes import BACKGROUND, BACKGROUND_THEN_HANG, HANG, QUICK, processes_with, wait_for
+from probes import (BACKGROUND, BACKGROUND_THEN_HANG, HANG, QUICK, SETSID_BACKGROUND, SETSID_THEN_HANG,
+                    processes_with, wait_for)
 
 ISOLATIONS = ["fork", "spawn"]
 
@@ -30,18 +31,22 @@ def test_a_hanging_workload_dies_with_the_harness(project, isolation, signum):
     _kill_while_hanging(project, HANG, signum)
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP])
-def test_what_a_hanging_workload_started_dies_with_the_harness(project, signum):
-    """With the default isolation (fork), even SIGKILL: the worker outlives the harness long enough to end the
-    workload's process group (with `isolation = "spawn"` a SIGKILLed harness leaves that to the kernel's
-    parent-death signal, which reaches only the workload process itself: docs/faults.md)."""
+def test_what_a_hanging_workload_started_dies_with_the_harness(project, isolation, signum):
+    """Even SIGKILL: with fork isolation the worker outlives the harness long enough to end the workload's
+    process group; a spawned workload runs under a supervisor that does the same (workload/lifeline.py)."""
+    project.config(f'isolation = "{isolation}"')
     _kill_while_hanging(project, BACKGROUND_THEN_HANG, signum)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_what_a_hanging_spawned_workload_started_dies_with_a_cancelled_harness(project, signum):
-    project.config('isolation = "spawn"')
-    _kill_while_hanging(project, BACKGROUND_THEN_HANG, signum)
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_what_a_workload_started_in_a_session_of_its_own_dies_with_the_harness(project, isolation, signum):
+    """A process that called setsid is out of the workload's process group; the worker (fork) and the spawned
+    child's supervisor are subreapers, so it is re-parented to them when the workload dies, and ended."""
+    project.config(f'isolation = "{isolation}"')
+    _kill_while_hanging(project, SETSID_THEN_HANG, signum)
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
@@ -51,5 +56,16 @@ def test_a_process_a_workload_leaves_running_ends_with_the_workload(project, iso
     done = project.run()
     assert done.returncode == 0, done.stderr
     assert project.statuses() == {"suite/Background": "ok", "suite/Quick": "ok"}
+    assert int(project.marker("background").read_text()) > 0
+    project.assert_clean(done)
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_process_a_workload_leaves_in_a_session_of_its_own_ends_with_the_workload(project, isolation):
+    project.config(f'isolation = "{isolation}"')
+    project.workloads(SETSID_BACKGROUND + QUICK)
+    done = project.run()
+    assert done.returncode == 0, done.stderr
+    assert project.statuses() == {"suite/SetsidBackground": "ok", "suite/Quick": "ok"}
     assert int(project.marker("background").read_text()) > 0
     project.assert_clean(done)

@@ -43,6 +43,8 @@ CHILD = "modelci.workload.child"
 MAX_WORKER_DEATHS = 3
 #: seconds a worker may take to reap a child that was just killed, or to exit once told to
 GRACE_S = 30.0
+#: how long a worker asked to stop may take to end its children before its process group is killed
+STOP_S = 2.0
 
 
 class WorkerDied(Exception):
@@ -191,7 +193,16 @@ class Worker:
         self.proc.stdout.close()
 
     def kill(self) -> None:
-        """Kill the worker's process group at once."""
+        """Stop the worker now: SIGTERM first, which it takes as the harness going away (it ends its children and,
+        as their subreaper, what they started outside their groups: workload/lifeline.py), then SIGKILL to its
+        process group, after STOP_S at most."""
+        try:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + STOP_S
+        while time.monotonic() < deadline and not local.ended(self.proc.pid):
+            time.sleep(0.01)
         kill_group(self.proc.pid)
         self.proc.wait()
         for pipe in (self.proc.stdin, self.proc.stdout):

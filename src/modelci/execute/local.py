@@ -146,13 +146,21 @@ def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float | N
     child and stores what it has (docs/design.md: an interrupted run is stored, marked interrupted).
     `watch`, when given, is called every WATCH_INTERVAL seconds; the child is killed (exit code None) once
     it returns True. compat uses it for a timeout per job of a child that runs many jobs.
+
+    `cmd` (a Python interpreter and its arguments) runs under the lifeline supervisor of that interpreter
+    (workload/lifeline.py): whatever the child starts ends with it, a process that left its group with `setsid`
+    too, even when this process is killed with SIGKILL.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     deadline = start + timeout if timeout is not None else float("inf")
     env = with_parent(env)  # the child dies with this process, whatever kills it (workload/lifeline.py)
     with open(log_dir / "stdout.txt", "wb") as out, open(log_dir / "stderr.txt", "wb") as err:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        # by its file, isolated (-I) and without site (-S): the supervisor needs the standard library only, and
+        # starts before every spawned child
+        supervised = [cmd[0], "-I", "-S", LIFELINE, "--", *cmd]
+        proc = subprocess.Popen(supervised, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
         code: int | None = None
         try:
             while True:
@@ -181,10 +189,33 @@ def with_parent(env: dict[str, str]) -> dict[str, str]:
     return {**env, PARENT_VARIABLE: str(os.getpid())}
 
 
+#: the supervisor a spawned child runs under (workload/lifeline.py), run as a script of the standard library only
+LIFELINE = str(Path(__file__).resolve().parent.parent / "workload" / "lifeline.py")
+#: how long a supervisor asked to stop may take to end its child's descendants before its group is killed
+STOP_WITHIN_S = 10.0
+
+
 def _kill(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (the child leads it) and reap the child."""
-    kill_group(proc.pid)
+    """End the child: a supervisor still running is asked to stop (SIGTERM), so that it ends every descendant,
+    those outside its process group too; then the group is killed (SIGKILL) and the supervisor reaped."""
+    if proc.returncode is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + STOP_WITHIN_S
+        while time.monotonic() < deadline and not ended(proc.pid):
+            time.sleep(0.01)
+    kill_group(proc.pid)  # the supervisor, not reaped yet, still holds its group's id
     proc.wait()
+
+
+def ended(pid: int) -> bool:
+    """Whether the child `pid` has ended, leaving it to be reaped (its group id stays taken until then)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def discover(python: Path, suites: dict[str, Path], scratch: Path, timeout: float = 300) -> dict[str, Any]:

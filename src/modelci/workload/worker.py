@@ -381,10 +381,28 @@ REAP_INTERVAL = 0.01
 
 
 def _parent_gone(signum: int, frame: Any) -> None:
-    """The harness ended (the parent-death signal, SIGTERM): end the running children's groups, then this worker."""
+    """The harness ended (the parent-death signal, SIGTERM): end the running children's groups and whatever
+    they left behind, then this worker."""
     for pid in list(_running):
         kill_group(pid)
+    lifeline.end_descendants()
     os._exit(1)
+
+
+def end_escapees(jobs: dict[int, Any]) -> None:
+    """End what finished workloads left behind outside their process group: the worker is a subreaper, so a
+    process that left with `setsid` (a daemon) is re-parented here when its parent ends. Run while no job runs
+    (an escapee's workload may still run otherwise); processes in the worker's own session (helpers a framework
+    started while it was imported) are kept."""
+    session = os.getsid(0)
+
+    def keep(pid: int) -> bool:
+        try:
+            return pid in jobs or os.getsid(pid) == session
+        except ProcessLookupError:
+            return True  # gone already, or a zombie's session: reaped by the caller's loop
+
+    lifeline.end_descendants(keep)
 
 
 def serve(channel: Channel, names: list[str]) -> int:
@@ -459,6 +477,8 @@ def _reap(channel: Channel, children: dict[int, Any]) -> None:
         if pidfd is not None:
             os.close(pidfd)
         channel.send(event="exited", pid=pid, status=status, rss=rss_bytes(), job=children.pop(pid))
+        if not children:  # and what it started in a session of its own, before the next job is read
+            end_escapees(children)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     drop_working_directory()  # before the preloads: the project folder must not hide the environment's packages
     signal.signal(signal.SIGTERM, _parent_gone)
     lifeline.from_environment(signal.SIGTERM)  # the worker dies with the harness (lifeline.py)
+    lifeline.become_subreaper()  # what a workload leaves outside its group comes back here to be ended
     parser = argparse.ArgumentParser(prog="modelci.workload.worker")
     parser.add_argument("--preload", action="append", default=[], help="a module to import once")
     parser.add_argument("--suite", action="append", default=[], help="a suite folder whose imports to preload")
