@@ -734,8 +734,10 @@ def execute(args: argparse.Namespace) -> int:
             pass
     if ranks:
         join_ranks(ranks, out, rec, first=place.leader + 1)
-    rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
+    # the parts first: the peak (VmHWM) only grows, so read after them it covers them, whatever recording the
+    # metric allocates in between
     rec.data["info"]["rss_end"] = rss_parts()
+    rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
     rec.data["info"]["modules"] = module_info(sorted({*frameworks.framework_modules(), *args.report_module}))
     rec.write()
     if forked_rank:
