@@ -84,6 +84,18 @@ def test_a_node_without_the_rendezvous_address_fails_saying_so(tmp_path):
     assert "rendezvous address of rank 0's node" in result.reason and "--master-addr" in result.reason
 
 
+def test_a_node_count_that_is_not_a_whole_number_from_1_is_an_error_naming_the_class(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "spread.py").write_text(TWO_NODE_SUITE + "\n\nclass Nowhere(Spread):\n    nodes = 0\n"
+                                     "\n\nclass Half(Spread):\n    devices = 1.5\n")
+    found = local.discover(Path(sys.executable), {"multi": suite}, tmp_path)
+    assert [w["id"] for w in found["workloads"]] == ["multi/Spread"]
+    messages = sorted(e["message"] for e in found["errors"])
+    assert messages == ["class Half: `devices` must be a whole number, 1 or more, not 1.5",
+                        "class Nowhere: `nodes` must be a whole number, 1 or more, not 0"]
+
+
 def test_the_interface_holding_an_address_is_found_by_the_address():
     assert interface_of("127.0.0.1") == "lo"
     assert interface_of("192.0.2.254") is None  # TEST-NET-1: no interface here holds it

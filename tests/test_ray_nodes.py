@@ -64,6 +64,10 @@ class RankCrashes(_TwoNodes):
 class RankHangs(_TwoNodes):
     def fault(self):
         time.sleep(3600)
+
+
+class ThreeNodes(_TwoNodes):
+    nodes = 3
 '''
 
 
@@ -169,3 +173,20 @@ def test_a_rank_that_crashes_or_hangs_ends_every_rank_and_names_its_node(cluster
         assert "SIGKILL" in row["reason"] and "node 0" not in row["reason"], row["reason"]
     # every rank of both nodes ended with the run: no workload process names the suite any more
     assert wait_gone(str(suite)) == []
+
+
+def test_a_workload_spanning_more_nodes_than_the_cluster_has_is_skipped_with_the_reason(cluster, postgres_server,
+                                                                                        tmp_path):
+    db = postgres_server.database()
+    root, env = project(tmp_path, cluster, db)
+    suite = root / "faulty"
+    suite.mkdir()
+    (suite / "faulty.py").write_text(FAULTY_SUITE)
+    report = root / "report.json"
+    done = modelci(root, env, "run", "--target", "torch==2.13.0", "--suite", str(suite), "-k", "ThreeNodes",
+                   "--json", str(report), "--no-alarms")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [result] = json.loads(report.read_text())["results"]
+    assert result["status"] == "skipped", result
+    assert "span 3 nodes" in result["reason"] and "2 nodes of the Ray cluster" in result["reason"], result["reason"]
+    assert [row["status"] for row in stored(db, "faulty/ThreeNodes")] == ["skipped"]

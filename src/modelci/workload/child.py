@@ -158,6 +158,16 @@ def resources_problem(resources: Any) -> str:
     return ""
 
 
+def counts_problem(cls: type) -> str:
+    """What is wrong with a workload's `devices` (ranks per node) or `nodes` (machines), or "" (whole numbers, 1
+    or more)."""
+    for attribute in ("devices", "nodes"):
+        value = getattr(cls, attribute, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"`{attribute}` must be a whole number, 1 or more, not {value!r}"
+    return ""
+
+
 def name_problem(name: Any) -> str:
     """Why `name` cannot be a workload name (the rule it breaks), or "" when it can."""
     if not isinstance(name, str) or not name:
@@ -242,7 +252,7 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
                 continue
             for cls in classes:
                 problem = name_problem(cls.workload_name())
-                wrong = resources_problem(getattr(cls, "resources", {}))
+                wrong = resources_problem(getattr(cls, "resources", {})) or counts_problem(cls)
                 if problem:
                     errors.append({"suite": suite, "file": str(path), "line": source_line(cls), "code_hash": digest,
                                    "workload": f"{suite}/{path.name}:{cls.__name__}",
