@@ -50,6 +50,12 @@ class ResultInfo(TypedDict, total=False):
     world_size: int
     ranks: str
     ranks_reason: str
+    #: a `nodes > 1` workload: this node's rank, where the ranks met (rank 0's node address and port) and this
+    #: node's own address
+    node_rank: int
+    master_addr: str
+    master_port: int
+    node_address: str
     #: whether the timed inference repeats gave bit-identical outputs
     infer_repeatable: bool
     #: bytes of the resident set at the end: {"anon", "file", "shmem"}

@@ -665,8 +665,8 @@ class Placement:
 
     def info(self) -> dict[str, Any]:
         """What a result records of the placement (for `nodes > 1`)."""
-        return {"nodes": self.nodes, "node_rank": self.node_rank, "master_addr": self.master_addr,
-                "master_port": self.master_port, "node_address": self.node_address}
+        return {"node_rank": self.node_rank, "master_addr": self.master_addr, "master_port": self.master_port,
+                "node_address": self.node_address}
 
 
 def execute(args: argparse.Namespace) -> int:
