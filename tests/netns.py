@@ -19,6 +19,7 @@ import json
 import os
 import random
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -220,6 +221,7 @@ class RayNodes:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
         self.procs = []
+        shutil.rmtree(self.folder, ignore_errors=True)  # the nodes' session files and logs
 
 
 def _signal_group(pgid: int, sig: int) -> None:
