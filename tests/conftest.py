@@ -32,53 +32,14 @@ def fake_wheel_factory(tmp_path: Path) -> FakeWheels:
 # --- fakefw project fixtures (lead; workflow and end-to-end tests) -----------------------------------------
 
 import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 
-from fakefw.framework import source as fakefw_source  # noqa: E402
-from fakefw.suite import SUITE as FAKEFW_SUITE  # noqa: E402
-
-
-@dataclass
-class FakeProject:
-    """A project folder with fakefw 1.0/1.1 wheels, a suite using them, and a modelci.toml."""
-
-    root: Path
-    wheels: Path
-    suite: Path
-    v10: Path
-    v11: Path
-    env: dict
-
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        """Run the real `modelci` command in the project folder."""
-        return subprocess.run([sys.executable, "-m", "modelci.cli", *args], cwd=self.root, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+from fakeproject import FakeProject, make_fake_project  # noqa: E402,F401 - FakeProject: for annotations
 
 
 @pytest.fixture(scope="session")
 def env_cache(tmp_path_factory) -> Path:
     """One environment cache for the whole test session, as a user's machine has."""
     return tmp_path_factory.mktemp("modelci-cache")
-
-
-def make_fake_project(root: Path, cache: Path, timeout: float = 8.0, extra_toml: str = "") -> FakeProject:
-    """Write the wheels, the suite and the config of a fakefw project under `root`."""
-    wheels = root / "wheels"
-    v10 = build_fake_wheel(wheels, "fakefw", "1.0", {"fakefw/__init__.py": fakefw_source("1.0")})
-    v11 = build_fake_wheel(wheels, "fakefw", "1.1", {"fakefw/__init__.py": fakefw_source("1.1")})
-    suite = root / "fakesuite"
-    suite.mkdir(parents=True)
-    (suite / "models.py").write_text(FAKEFW_SUITE)
-    (root / "modelci.toml").write_text(
-        f'cache_dir = "{cache}"\ntimeout = {timeout}\nrunner = "test-runner"\n'
-        '[checks]\n# the slowed function is 2x; a wide factor keeps a shared machine\'s noise out\n'
-        'timing_factor = 1.5\n' + extra_toml
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")}
-    env.update(MODELCI_FIND_LINKS=str(wheels), PIP_NO_INDEX="1")
-    return FakeProject(root=root, wheels=wheels, suite=suite, v10=v10, v11=v11, env=env)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from conftest import make_fake_project
+from fakeproject import make_fake_project
 
 SLEEPY = '''\
 import time

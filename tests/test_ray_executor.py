@@ -22,7 +22,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from conftest import make_fake_project  # noqa: E402
+from fakeproject import make_fake_project  # noqa: E402
 from pgserver import free_port  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 

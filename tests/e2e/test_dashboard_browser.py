@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import make_fake_project
+from fakeproject import make_fake_project
 
 pytestmark = pytest.mark.browser
 
