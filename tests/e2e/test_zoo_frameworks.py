@@ -36,7 +36,11 @@ def test_torch_two_process_workload_matches_one_process_and_saves_every_format(t
     data = json.loads(report.read_text())
     assert data["run"]["target"]["version"].startswith("2.13.0")
     statuses = {r["workload"]: r["status"] for r in data["results"]}
-    assert statuses == {"torch/DataParallelMLP": "ok", "torch/DataParallelMLPReference": "ok"}
+    # the 2-node variant needs a cluster; the local executor skips it and says how to run it
+    assert statuses == {"torch/DataParallelMLP": "ok", "torch/DataParallelMLPReference": "ok",
+                        "torch/DataParallelMLPTwoNodes": "skipped"}
+    reasons = {r["workload"]: r["reason"] for r in data["results"]}
+    assert 'executor = "ray"' in reasons["torch/DataParallelMLPTwoNodes"], reasons
 
     from modelci.store import Store
 
