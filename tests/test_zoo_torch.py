@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,25 +90,36 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _train_rank(rank: int, world_size: int, class_name: str, out: str) -> None:
+    """Train one rank; rank 0 writes its losses and outputs. The workload (and the DDP module that holds the
+    process group) is freed when this returns, before the group is destroyed."""
+    torch.set_num_threads(1)
+    cls = ZOO.named(class_name)
+    HELPER.seed(0)
+    HELPER.set_determinism(True)
+    ctx = Context(seed=0, rank=rank, world_size=world_size, scratch=Path(out).parent)
+    workload = cls()
+    workload.setup(ctx)
+    losses = [workload.train_step(ctx, step) for step in range(cls.steps)]
+    outputs = workload.infer(ctx)
+    if rank == 0:
+        np.savez(out, losses=np.array(losses), **outputs)
+
+
 def _rank_main(rank: int, world_size: int, port: int, class_name: str, out: str) -> None:
-    """Body of one spawned rank: join the gloo group, train, and let rank 0 write its losses."""
+    """Body of one spawned rank: join the gloo group, train, leave the group, and exit the way the harness's
+    ranks do (child.execute): with os._exit, past interpreter finalization, where gloo's threads can abort the
+    process after its work is done. An exception still reaches mp.spawn, which reports it."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
-        torch.set_num_threads(1)
-        cls = ZOO.named(class_name)
-        HELPER.seed(0)
-        HELPER.set_determinism(True)
-        ctx = Context(seed=0, rank=rank, world_size=world_size, scratch=Path(out).parent)
-        workload = cls()
-        workload.setup(ctx)
-        losses = [workload.train_step(ctx, step) for step in range(cls.steps)]
-        outputs = workload.infer(ctx)
-        if rank == 0:
-            np.savez(out, losses=np.array(losses), **outputs)
+        _train_rank(rank, world_size, class_name, out)
     finally:
         HELPER.shutdown_distributed()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def test_data_parallel_skips_a_batch_that_does_not_split(tmp_path):
@@ -139,6 +152,49 @@ def test_data_parallel_matches_one_process_on_the_full_batch(cls, tmp_path):
     for name, value in single_outputs.items():
         np.testing.assert_allclose(ranked[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     assert single_losses[-1] < single_losses[0]
+
+
+ABORTS_AT_EXIT = '''\
+import atexit
+import os
+import sys
+
+import modelci.zoo.torch
+
+sys.path.insert(0, modelci.zoo.torch.__path__[0])  # where the zoo's modules find their `_common`
+from distributed import DataParallelMLP  # noqa: E402
+
+
+class AbortsAtExit(DataParallelMLP):
+    """Stands for a framework whose threads abort the process in interpreter finalization, after the work."""
+
+    def setup(self, ctx):
+        atexit.register(os.abort)
+        super().setup(ctx)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", ["fork", "spawn"])
+def test_a_rank_that_would_abort_in_interpreter_finalization_does_not_lose_the_finished_run(ranks, tmp_path):
+    """The harness's ranks leave with os._exit once their result is written (child.execute): gloo's threads,
+    torn down during finalization, aborted a finished 2-rank run 1 time in 6 (SIGABRT), which made it a crash."""
+    import json
+    import subprocess
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "aborts.py").write_text(ABORTS_AT_EXIT)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "modelci.workload.child", "run", "--suite", f"s={suite}",
+                           "--workload", "s/AbortsAtExit", "--out", str(out), "--no-save", "--ranks", ranks],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # as `threads = 1` does: fork needs 1
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "ok", (result.get("reason"), result.get("traceback"))
+    assert result["info"]["world_size"] == 2
+    assert result["info"]["ranks"] == ranks, result["info"].get("ranks_reason")
 
 
 def test_to_numpy_widens_bfloat16():

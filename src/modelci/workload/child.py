@@ -628,8 +628,20 @@ def join_ranks(procs: list[subprocess.Popen] | list[ForkedRank], out: Path, rec:
         status = json.loads(result.read_text())["status"] if result.exists() else None
         if rec.data["status"] == "ok" and (code != 0 or status not in ("ok", None)):
             log = (out / f"rank-{rank}.log").read_text(errors="replace")[-2000:]
-            reason = json.loads(result.read_text())["reason"] if result.exists() else f"exited with code {code}"
+            if status not in ("ok", None):
+                reason = json.loads(result.read_text()).get("reason") or status
+            else:
+                ended = f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
+                reason = f"reported {status}, then {ended}" if status else ended
             rec.data.update(status="failed", reason=f"rank {rank}: {reason}", traceback=log)
+
+
+def signal_name(number: int) -> str:
+    """`SIGABRT` for 6; `signal 40` for a number without a name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class Placement:
@@ -750,8 +762,11 @@ def execute(args: argparse.Namespace) -> int:
     rec.metric("mem.peak_rss", "samples", "bytes", [peak_rss_bytes()])
     rec.data["info"]["modules"] = module_info(sorted({*frameworks.framework_modules(), *args.report_module}))
     rec.write()
-    if forked_rank:
-        # a forked rank must not return into rank 0's caller, nor run the exit handlers rank 0 registered
+    if forked_rank or rec.data["info"].get("world_size"):
+        # a forked rank must not return into rank 0's caller, nor run the exit handlers rank 0 registered; and a
+        # rank of a process group skips interpreter finalization, where a framework's communication threads
+        # still alive can abort the process (SIGABRT) after its result is written, which would turn a finished
+        # run into a crash
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -225,15 +225,20 @@ class TorchHelper(PythonHelper):
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world_size)
 
     def shutdown_distributed(self) -> None:
-        """Leave the process group, so the ranks exit cleanly: wait at a barrier first. A rank that tears gloo
-        down while another still has work in flight can abort ("terminate called without an active exception",
-        SIGABRT): 1 run in 6 of the 2-rank test did, before the barrier."""
+        """Leave the process group, so the ranks exit cleanly: wait at a barrier, free what still holds the group
+        (a DistributedDataParallel module keeps the gloo group alive through its reducer, often in a reference
+        cycle), then destroy it. A rank that tears gloo down while another still has work in flight, or whose
+        group is only freed during interpreter finalization, can abort ("terminate called without an active
+        exception", SIGABRT); the caller should then leave with os._exit (`child.execute` does)."""
+        import gc
+
         import torch.distributed as dist
 
         if dist.is_initialized():
             try:
                 dist.barrier()
             finally:
+                gc.collect()
                 dist.destroy_process_group()
 
     def default_device(self, rank: int = 0) -> str:
