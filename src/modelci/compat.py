@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import tarfile
 import tempfile
 import time
@@ -46,6 +45,7 @@ from modelci.store import compat_schema as records
 from modelci.store.artifacts import CorruptArtifact
 from modelci.store.schema import utcnow
 from modelci.workload.child import helper_files
+from modelci.workload.processes import signal_name
 
 #: outcomes of one (producer, consumer, workload, format); all but `ok`, `missing`, `save_failed` and `not_saved`
 #: are regressions. `unreadable` (the stored bytes are missing or do not match their sha256) is a finding of its
@@ -322,8 +322,7 @@ def _exit_reason(code: int | None, hung: bool, timeout: float) -> str:
     if hung:
         return f"was killed after {timeout:g} s without finishing"
     if code is not None and code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        return f"was killed by signal {name}"
+        return f"was killed by {signal_name(-code)}"
     return f"exited with code {code}"
 
 

@@ -33,7 +33,7 @@ from modelci.errors import HarnessError, UserError
 from modelci.execute import base, local
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
-from modelci.workload.processes import kill_group
+from modelci.workload.processes import kill_group, signal_name
 
 #: the `isolation` option's values
 ISOLATIONS = ("fork", "spawn")
@@ -221,7 +221,7 @@ class Worker:
 def describe_code(code: int) -> str:
     """An exit code (negative: a signal) in words."""
     if code < 0:
-        return f"signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+        return signal_name(-code)
     return f"code {code}"
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import modelci
 from modelci.errors import HarnessError
 from modelci.records import Metric, Result
-from modelci.workload.processes import kill_group
+from modelci.workload.processes import kill_group, signal_name
 
 STDERR_TAIL_CHARS = 4000
 
@@ -293,8 +293,7 @@ def child_outcome(workload: WorkloadInfo, out: Path, code: int | None, seconds: 
         return Result(status="timeout", reason=f"no result after {timeout:g} s; the process was killed", **base)
     result_file = out / "result.json"
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        return Result(status="crashed", reason=f"killed by signal {name}", **base)
+        return Result(status="crashed", reason=f"killed by {signal_name(-code)}", **base)
     if code != 0 or not result_file.exists():
         return Result(status="crashed", reason=f"the process exited with code {code} before writing its result", **base)
     return load_child_result(json.loads(result_file.read_text()), out, base)

@@ -33,7 +33,7 @@ from modelci.workload import lifeline, npy
 from modelci.workload.api import Context, SkipWorkload, Workload
 from modelci.workload import frameworks
 from modelci.workload.frameworks import get_helper
-from modelci.workload.processes import framework_hazard, thread_count
+from modelci.workload.processes import framework_hazard, signal_name, thread_count
 
 #: version of the files this module writes for the parent
 PROTOCOL = 1
@@ -634,14 +634,6 @@ def join_ranks(procs: list[subprocess.Popen] | list[ForkedRank], out: Path, rec:
                 ended = f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
                 reason = f"reported {status}, then {ended}" if status else ended
             rec.data.update(status="failed", reason=f"rank {rank}: {reason}", traceback=log)
-
-
-def signal_name(number: int) -> str:
-    """`SIGABRT` for 6; `signal 40` for a number without a name."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 class Placement:

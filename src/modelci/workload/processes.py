@@ -13,6 +13,15 @@ import signal
 import sys
 
 
+def signal_name(number: int) -> str:
+    """`SIGABRT` for 6, `signal 40` for a number without a name: how every reason names the signal that ended a
+    process (an exit code -N is signal N)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def kill_group(pid: int) -> None:
     """SIGKILL the process group led by `pid`, or `pid` alone before it has made its group; gone is fine."""
     try:
