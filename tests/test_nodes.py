@@ -241,3 +241,32 @@ def test_two_nodes_in_separate_network_namespaces_meet_at_rank_0s_node_address(z
     losses = single_node_losses(python, workloads, tmp_path / "single")
     assert first.metrics["loss"].values == pytest.approx(losses["DataParallelMLP"], rel=1e-6)
     assert json.loads((tmp_path / "nodes" / "node-1" / "result.json").read_text())["status"] == "ok"
+
+
+# -- rank 0 joining its node's other ranks: how a rank that failed or died is named -------------------------------
+
+
+def test_a_rank_that_reported_ok_and_then_died_fails_the_workload_saying_both(tmp_path):
+    """A rank whose result says ok but whose process ended by a signal is no finished rank: the workload fails, and
+    the reason says the rank got as far as its report (a teardown crash) and how it ended; a rank that failed
+    gives its own reason."""
+    from modelci.workload.child import Recorder, join_ranks
+
+    for rank, status, reason in ((1, "ok", ""), (2, "failed", "ValueError: bad batch (in train)")):
+        folder = tmp_path / f"rank-{rank}"
+        folder.mkdir()
+        rank_rec = Recorder(folder, "multi/Spread")
+        rank_rec.data.update(status=status, reason=reason)
+        rank_rec.write()
+        (tmp_path / f"rank-{rank}.log").write_text(f"rank {rank} log\n")
+    aborts = [sys.executable, "-c", "import os; os.abort()"]
+    for failing, expected in ((1, "rank 1: reported ok, then was killed by SIGABRT"),
+                              (2, "rank 2: ValueError: bad batch (in train)")):
+        rec = Recorder(tmp_path, "multi/Spread")
+        procs = [subprocess.Popen(aborts if failing == 1 else [sys.executable, "-c", "pass"])]
+        join_ranks(procs, tmp_path, rec, first=failing)
+        assert (rec.data["status"], rec.data["reason"]) == ("failed", expected)
+        assert f"rank {failing} log" in rec.data["traceback"]
+    rec = Recorder(tmp_path, "multi/Spread")  # the ok rank, exiting 0: nothing to say
+    join_ranks([subprocess.Popen([sys.executable, "-c", "pass"])], tmp_path, rec, first=1)
+    assert (rec.data["status"], rec.data["reason"]) == ("ok", "")
