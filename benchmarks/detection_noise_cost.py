@@ -1,0 +1,188 @@
+"""What estimating the noise costs the online history check on 5% steps under AR(1) noise (docs/detection.md).
+
+    .venv/bin/python benchmarks/detection_noise_cost.py            # 200 series, writes docs/detection.md
+    .venv/bin/python benchmarks/detection_noise_cost.py --quick    # 50 series, prints only
+
+The target compares the history check with the benchmark's known-noise bound (detection.py's ``bound``). The
+bound's fixed penalty puts its false alarms only roughly where the history check's are, and on AR(1) noise a
+small difference in false alarms is a large one in power, so this measures both as curves on the same seeded
+series of detection.py (its AR(1) kind, its seed):
+
+- the bound at penalties 8 to 13, which gives its power as a function of its false alarms, and from that the
+  bound "at the same false alarms" as each history row: its power at the lowest penalty whose false alarms are
+  no more than that row's (the most the known noise allows without alarming more often);
+- the history check with the noise estimated (as in production without calibration), with the sd given as
+  ``calibrate`` measures it (``noise_cv``, as the alarm step passes it; phi still estimated), with the true sd
+  and phi estimated, with the true phi and the sd estimated, and with both true. The known values are the benchmark's true ones, put in place
+  of the estimate by replacing ``history._noise_for`` in the worker processes: a counterfactual that
+  production cannot run (it never knows phi), which says where the gap to the bound comes from.
+
+Each row: the A/A false alarms per 1,000 points (one-sided, "slower") and the 5% steps found within 5 points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import detection  # noqa: E402  (the benchmark next to this one: its series generator and bound)
+
+from modelci.checks import history  # noqa: E402
+
+KIND = "ar1"
+STEP = 0.05
+TRUE_PHI = 0.5 * detection.CV**2 / (detection.CV**2 + 0.287 * detection.WITHIN_RUN_CV**2)  # the points' own phi
+TRUE_SD = math.sqrt(detection.CV**2 + 0.287 * detection.WITHIN_RUN_CV**2)
+BOUND_PENALTIES = tuple(8.0 + 0.5 * i for i in range(11))  # 8 to 13
+#: the history check's noise: estimated (production), or the true sd and/or phi put in place of the estimate
+KNOWN = {"estimated": (), "calibrated": (), "sd known": ("sd",), "phi known": ("phi",),
+         "sd and phi known": ("sd", "phi")}
+#: what `modelci calibrate` measures and the alarm step passes: the sd given as a CV, phi still estimated
+CALIBRATED_CV = detection.CV
+
+
+def _know(known: tuple[str, ...]) -> None:
+    """Put the true sd and/or phi in place of what detect_latest estimates, in this (worker) process."""
+    estimate = history._noise_for
+
+    def noise_for(*args, **kwargs):  # type: ignore[no-untyped-def]
+        noise = estimate(*args, **kwargs)
+        sd = TRUE_SD if "sd" in known else noise.sd
+        phi = TRUE_PHI if "phi" in known else noise.phi
+        if "sd" in known:
+            innovations = sd * math.sqrt(1 - phi**2)
+        else:
+            innovations = noise.innovations if "phi" not in known else noise.sd * math.sqrt(1 - phi**2)
+        return history.Noise(sd, phi, innovations)
+
+    if known:
+        history._noise_for = noise_for
+
+
+def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[int], list[bool]]:
+    """Series ``i`` of ``series`` of detection.py's AR(1) kind, seeded as a run of that many there: the alarms on
+    its A/A series and whether its 5% step was found, for the history check (``mode``) or, with mode "bound", for
+    each bound penalty. (The 10% step series that detection.py draws after them are not needed.)"""
+    i, series, seed, mode = job
+    seeds = np.random.SeedSequence(seed).spawn(len(detection.NOISE_KINDS) * series)
+    rng = np.random.default_rng(seeds[detection.NOISE_KINDS.index(KIND) * series + i])
+    aa_alarms: list[int] = []
+    found: list[bool] = []
+    for step in (0.0, STEP):
+        at = int(rng.integers(detection.EDGE, detection.POINTS - detection.EDGE)) if step else detection.POINTS
+        _, values = detection.make_series(KIND, step, at, rng)
+        stop = min(detection.POINTS, at + detection.FOUND_WITHIN + 1)
+        if mode == "bound":
+            runs = [detection.bound_alarms(values, KIND, stop, p) for p in BOUND_PENALTIES]
+        else:
+            noise_cv = CALIBRATED_CV if mode == "calibrated" else None
+            runs = [detection.history_alarms(values[:stop], noise_cv, "up")]
+        for alarms in runs:
+            if step:
+                found.append(any(slower and at <= t <= at + detection.FOUND_WITHIN for t, slower in alarms))
+            else:
+                aa_alarms.append(sum(slower for _, slower in alarms))
+    return mode, aa_alarms, found
+
+
+def _init(mode: str, constants: dict[str, float | int]) -> None:
+    for name, value in constants.items():
+        setattr(history, name, value)
+    if mode != "bound":
+        _know(KNOWN[mode])
+
+
+def measure(mode: str, series: int, seed: int, workers: int, constants: dict[str, float | int] | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(false alarms per 1,000 A/A points, fraction of 5% steps found), one entry per bound penalty or one."""
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(mode, constants or {})) as pool:
+        results = list(pool.map(one_series, [(i, series, seed, mode) for i in range(series)], chunksize=4))
+    alarms = np.sum([r[1] for r in results], axis=0)
+    found = np.mean([r[2] for r in results], axis=0)
+    return 1000 * alarms / (series * detection.POINTS), found
+
+
+def ceiling(penalty: float) -> float:
+    """What any test that estimates the sd from the points before the tail can find of what the known sd finds, for
+    one look at a 6-point tail of a 5% step, over the benchmark's step positions: the z of the step is the exact
+    GLS one under the true AR(1) noise (the window of 60 points before it, as detect_latest sees), the known-sd
+    test rejects at ``penalty``, and the best estimated-sd test is a Student t with as many degrees of freedom as
+    the points before the tail (the most an sd from them can have), at the same false-alarm rate per look."""
+    from scipy import stats
+
+    noise = history.Noise(TRUE_SD, TRUE_PHI)
+    threshold = math.sqrt(penalty)
+    alpha = stats.norm.sf(threshold)
+    known = estimated = 0.0
+    for at in range(detection.EDGE, detection.POINTS - detection.EDGE):
+        before = min(at, detection.WINDOW)
+        step = np.zeros(before + 6)
+        step[-6:] = STEP
+        z = float(history._shift_z(step, np.array([6]), noise)[0])
+        freedom = min(at, history.NOISE_WINDOW)
+        known += stats.norm.sf(threshold - z)
+        estimated += stats.nct.sf(stats.t.isf(alpha, freedom), freedom, z)
+    return estimated / known
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="50 series; print only")
+    parser.add_argument("--series", type=int, help="series (default 200, or 50 with --quick)")
+    parser.add_argument("--seed", type=int, default=detection.SEED)
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--modes", default=",".join(KNOWN), help=f"comma-separated, of {', '.join(KNOWN)}")
+    parser.add_argument("--constant", type=detection.constant, action="append", default=[], metavar="NAME=VALUE",
+                        help="set a constant of modelci.checks.history for the history rows (prints only)")
+    args = parser.parse_args(argv)
+    modes = tuple(name.strip() for name in args.modes.split(","))
+    unknown = sorted(set(modes) - set(KNOWN))
+    if unknown:
+        parser.error(f"unknown mode(s) {', '.join(unknown)}: pick from {', '.join(KNOWN)}")
+    constants = dict(args.constant)
+    series = args.series or (50 if args.quick else 200)
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    bound_alarms, bound_found = measure("bound", series, args.seed, args.workers)
+    lines = ["| check | false alarms / 1,000 pts, A/A | 5% steps found ≤5 pts | the bound at the same false alarms "
+             "| fraction of the bound |", "|---|---:|---:|---:|---:|"]
+    for mode in modes:
+        alarms, found = measure(mode, series, args.seed, args.workers, constants)
+        allowed = np.flatnonzero(bound_alarms <= alarms[0])
+        bound = float(bound_found[allowed[0]]) if len(allowed) else float("nan")
+        name = f"noise_cv={CALIBRATED_CV:g} given (calibrated), phi estimated" if mode == "calibrated" \
+            else f"noise {mode}"
+        lines.append(f"| history, {name} | {alarms[0]:.2f} | {100 * found[0]:.0f}% | {100 * bound:.0f}% "
+                     f"| {100 * found[0] / bound:.0f}% |")
+    lines += ["", "The bound (true sd and phi, no spikes to clean) at each penalty:", "",
+              "| penalty | false alarms / 1,000 pts, A/A | 5% steps found ≤5 pts |", "|---:|---:|---:|"]
+    lines += [f"| {p:g} | {a:.2f} | {100 * f:.0f}% |" for p, a, f in zip(BOUND_PENALTIES, bound_alarms, bound_found)]
+    lines += ["", "The ceiling of a test that estimates the sd (see ``ceiling``): one look at 6 points finds "
+              + ", ".join(f"{100 * ceiling(p):.0f}% at penalty {p:g}" for p in (10.0, 10.5, 11.0))
+              + " of what the same look finds with the sd known."]
+    command = "python benchmarks/detection_noise_cost.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = (f"Measured {datetime.date.today().isoformat()} on {platform.machine()} {platform.system()} "
+            f"({os.cpu_count()} cores, load average {load:.1f} at the start), {args.workers} worker processes: "
+            f"{time.perf_counter() - started:.0f} s. `{command.strip()}` ({series} A/A and {series} 5% step series "
+            f"of {detection.POINTS} points under AR(1) noise, seed {args.seed}; true sd {TRUE_SD:.4f}, phi "
+            f"{TRUE_PHI:.3f}; " + "".join(f"{k} {v:g}; " for k, v in constants.items()) + "the bound at the same false alarms: at the lowest penalty below whose false alarms "
+            "are no more than the row's).\n\n" + "\n".join(lines))
+    print(text)
+    if not args.quick and not constants and modes == tuple(KNOWN):
+        detection.write_doc(text, "figures-noise-cost")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
