@@ -186,6 +186,18 @@ def test_a_smooth_curve_with_next_to_no_noise_gives_no_change_point(seed):
     assert detect_changes(100 * np.exp(t / 100)) == []
 
 
+@pytest.mark.parametrize("points", [50, 55, 60, 65])
+def test_a_short_population_curve_is_not_cut_at_its_bends(points):
+    # a logistic rise of a million over 50-65 points with noise of one: flat, rising and flat again to a line
+    # through each stretch, and no quadratic follows it within its noise; cut into three until a cubic was
+    # allowed from 50 points (it was 60, and the two bends each span about 55)
+    t = np.arange(points)
+    for seed in range(5):
+        noise = np.random.default_rng(seed).standard_normal(points)
+        curve = 1e6 + 1e6 / (1 + np.exp(-(t - points / 2) / (points / 6))) + noise
+        assert detect_changes(curve) == [], seed
+
+
 def test_a_three_sigma_step_in_twenty_points_is_found():
     found = 0
     for seed in range(40):

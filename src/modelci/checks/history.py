@@ -44,8 +44,10 @@ SLOPE_PENALTY = 2.0
 DEGREE_PENALTY = 1.0
 #: detect_changes: a change point must fit better than one polynomial of this degree over its two segments, when
 #: they hold at least this many points (a cubic over fewer points passes for a step: a step in 20 points is
-#: three-quarters explained by a straight line already)
-SMOOTH_MIN_POINTS = {2: 30, 3: 60}
+#: three-quarters explained by a straight line already). From 60 points for the cubic, a logistic population
+#: curve of 60-65 points was cut at both bends (each bend's two segments span about 55 points); from 50 it is
+#: whole, and the benchmark's steps are found as often as before
+SMOOTH_MIN_POINTS = {2: 30, 3: 50}
 #: detect_changes: fewer points than this and nothing is reported (a step needs a few points on either side)
 MIN_POINTS_OFFLINE = 8
 #: detect_latest: a change in the last MAX_TAIL points needs a one-sided z**2 >= LATEST_PENALTY against the points
