@@ -254,19 +254,22 @@ def run(
     checks: tuple[str, ...], bound_penalty: float = 10.0, kinds: tuple[str, ...] = NOISE_KINDS,
 ) -> dict[str, dict[str, Tally]]:
     """Evaluate ``series`` seeded series per noise kind (of `kinds`); returns kind -> check -> tally, and "all"
-    pooled. A kind's series are the same whichever other kinds run beside it."""
+    pooled when there is more than one kind. A kind's series are the same whichever other kinds run beside it."""
     seeds = np.random.SeedSequence(seed).spawn(len(NOISE_KINDS) * series)
     jobs = [
         (kind, seeds[k * series + i], noise_cv, constants, checks, bound_penalty)
         for k, kind in enumerate(NOISE_KINDS) if kind in kinds
         for i in range(series)
     ]
-    results = {kind: {name: Tally() for name in checks} for kind in (*NOISE_KINDS, "all") if kind in (*kinds, "all")}
+    pooled = ("all",) if len(kinds) > 1 else ()  # one kind alone: its rows are the pooled ones
+    results = {kind: {name: Tally() for name in checks}
+               for kind in (*NOISE_KINDS, *pooled) if kind in (*kinds, *pooled)}
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for kind, tallies in pool.map(evaluate_one, jobs, chunksize=4):
             for name, tally in tallies.items():
                 results[kind][name].add(tally)
-                results["all"][name].add(tally)
+                if pooled:
+                    results["all"][name].add(tally)
     return results
 
 

@@ -13,9 +13,10 @@ series of detection.py (its AR(1) kind, its seed):
   no more than that row's (the most the known noise allows without alarming more often);
 - the history check with the noise estimated (as in production without calibration), with the sd given as
   ``calibrate`` measures it (``noise_cv``, as the alarm step passes it; phi still estimated), with the true sd
-  and phi estimated, with the true phi and the sd estimated, and with both true. The known values are the benchmark's true ones, put in place
-  of the estimate by replacing ``history._noise_for`` in the worker processes: a counterfactual that
-  production cannot run (it never knows phi), which says where the gap to the bound comes from.
+  and phi estimated, with the true phi and the sd estimated, and with both true. The known values are the
+  benchmark's true ones, put in place of the estimate by replacing ``history._noise_for`` in the worker
+  processes: a counterfactual that production cannot run (it never knows phi), which says where the gap to the
+  bound comes from.
 
 Each row: the A/A false alarms per 1,000 points (one-sided, "slower") and the 5% steps found within 5 points.
 """
@@ -176,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             f"({os.cpu_count()} cores, load average {load:.1f} at the start), {args.workers} worker processes: "
             f"{time.perf_counter() - started:.0f} s. `{command.strip()}` ({series} A/A and {series} 5% step series "
             f"of {detection.POINTS} points under AR(1) noise, seed {args.seed}; true sd {TRUE_SD:.4f}, phi "
-            f"{TRUE_PHI:.3f}; " + "".join(f"{k} {v:g}; " for k, v in constants.items()) + "the bound at the same false alarms: at the lowest penalty below whose false alarms "
-            "are no more than the row's).\n\n" + "\n".join(lines))
+            f"{TRUE_PHI:.3f}; " + "".join(f"{k} {v:g}; " for k, v in constants.items())
+            + "the bound at the same false alarms: at the lowest penalty below whose false alarms are no more than "
+            "the row's).\n\n" + "\n".join(lines))
     print(text)
     if not args.quick and not constants and modes == tuple(KNOWN):
         detection.write_doc(text, "figures-noise-cost")
