@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -179,9 +181,6 @@ class AbortsAtExit(DataParallelMLP):
 def test_a_rank_that_would_abort_in_interpreter_finalization_does_not_lose_the_finished_run(ranks, tmp_path):
     """The harness's ranks leave with os._exit once their result is written (child.execute): gloo's threads,
     torn down during finalization, aborted a finished 2-rank run in CI (SIGABRT), which made it a crash."""
-    import json
-    import subprocess
-
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "aborts.py").write_text(ABORTS_AT_EXIT)
