@@ -189,6 +189,24 @@ def test_declared_workloads_are_read_without_importing(tmp_path):
     assert [w for w, _ in builds.declared_workloads({"suite": suite}, "renamed")] == ["suite/renamed"]
 
 
+def test_a_lock_of_a_git_run_names_the_commit_it_built_not_a_version_no_index_has(project, tmp_path):
+    from modelci import cli
+    from modelci.envs import lockfile
+
+    spec = targets.git_spec(str(project["repo"].path), "HEAD~1", "pythonpath")  # the "scaled" commit, for now
+    first = workflow.run(project["cfg"], spec, [str(project["suite"])], "Numeric")
+    path = tmp_path / "run.lock"
+    assert cli.main(["env", "lock", str(first.run_id), "-o", str(path)]) == 0
+    named = lockfile.read(path).target
+    # it named `fakefw==1.0+g<sha>`, which `run --lock` then looked up as a requirement: on no index, and a
+    # pythonpath lock does not hold the framework at all
+    assert named == targets.git_spec(str(project["repo"].path), project["shas"]["scaled"], "pythonpath")
+    project["repo"].commit("Scale again", scale=3.0)  # HEAD~1 is another commit now; the lock still names its own
+    again = workflow.run(project["cfg"], named, [str(project["suite"])], "Numeric", lock=str(path))
+    assert again.environment.id == first.environment.id
+    assert list(again.results[0].outputs["y"]) == list(first.results[0].outputs["y"]) == [0.75, -1.875, 3.0]
+
+
 def test_a_lock_of_a_pythonpath_run_rebuilds_its_environment_with_the_commit_on_the_path(project, tmp_path):
     from modelci import cli
     from modelci.envs import lockfile

@@ -69,8 +69,7 @@ def _lock(args, cfg) -> int:
     record = refs.resolve(args.ref, _store(cfg), cfg.cache_dir)
     lock = record.to_lock()
     if record.run:
-        run = record.run
-        lock.target = f"{run['target_name']}=={run['target_version']}" if run["target_version"] else ""
+        lock.target = refs.lock_target(record.run)
     lockfile.write(args.output, lock)
     console().print(escape(f"wrote the lock of {record.label}: {len(lock.pins)} packages, environment {record.id} "
                            f"-> {args.output}"), highlight=False)

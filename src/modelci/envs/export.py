@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from modelci.envs.build import find_uv, sha256_file
-from modelci.envs.refs import BUNDLE_FINGERPRINT, BUNDLE_LOCK, EnvRecord
+from modelci.envs.refs import BUNDLE_FINGERPRINT, BUNDLE_LOCK, EnvRecord, lock_target
 from modelci.errors import UserError
 from modelci.workload.child import code_hash
 
@@ -55,7 +55,7 @@ def export(record: EnvRecord, out: str | Path, root: Path, settings: dict[str, A
     out.mkdir(parents=True, exist_ok=True)
     bundle = Bundle(out)
     lock = record.to_lock()
-    lock.target = f"{run['target_name']}=={run['target_version']}" if run["target_version"] else run["target_spec"]
+    lock.target = lock_target(run)
     target_arg = _copy_wheels(lock, out, run, bundle.notes)
     suites = _copy_suites(run, out, root, bundle.notes)
     (out / BUNDLE_LOCK).write_text(lock.render())

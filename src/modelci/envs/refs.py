@@ -53,6 +53,25 @@ def resolve(ref: str, store: Any, cache_dir: str | Path) -> EnvRecord:
                     "`modelci history` lists runs, and `modelci show RUN` shows a run's environment")
 
 
+def lock_target(run: dict[str, Any]) -> str:
+    """The target a lock of ``run`` names (its `# target:` line, what `run --lock FILE` runs without --target).
+
+    A git build is its spec pinned to the commit it built: the ref it was asked for (a branch, HEAD~1) moves,
+    and the `name==version` of a source build is on no package index. Any other target is the `name==version`
+    that was installed, else its spec as given; a run of the `current` interpreter names none.
+    """
+    from modelci import targets
+
+    if run["target_kind"] == "current":
+        return ""
+    if run["target_kind"] == "git" and run.get("target_commit"):
+        url, _, options = targets.parse_git_spec(run["target_spec"])
+        return targets.git_spec(url, run["target_commit"], options.get("build"), options.get("subdirectory"))
+    if run["target_version"]:
+        return f"{run['target_name']}=={run['target_version']}"
+    return run["target_spec"]
+
+
 def from_run(store: Any, run_id: str | int) -> EnvRecord:
     """The environment of a stored run (`latest` for the newest), with the run's target, suites and runner."""
     stored = store.run(run_id)
@@ -61,7 +80,7 @@ def from_run(store: Any, run_id: str | int) -> EnvRecord:
     run = {"id": row.id, "runner": row.runner, "status": row.status, "suites": list(row.suites or []),
            "selection": row.selection, "target_spec": row.target.spec, "target_kind": row.target.kind,
            "target_name": row.target.name, "target_version": row.target.version,
-           "results": stored.results}
+           "target_commit": row.target.commit, "results": stored.results}
     label = f"run {row.id} (runner {row.runner}, target {row.target.spec})"
     # the run's own machine: another runner (or this one after an upgrade) may have run the same environment
     return EnvRecord(label, env.id, env.lock, stored.fingerprint, run=run)
