@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fakewheels import BACKEND_WHEEL_WRITER
 
 FAKEFW = '''\
 """fakefw at one commit of a test repository."""
@@ -67,7 +68,7 @@ def load(path):
 
 BACKEND = '''\
 """An in-tree PEP 517 backend: builds a pure-Python wheel with the standard library only, offline."""
-import base64, hashlib, os, tomllib, zipfile
+import tomllib
 
 
 def _project():
@@ -77,29 +78,8 @@ def _project():
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     meta = _project()
-    name, version = meta["name"], meta["version"]
-    files = {}
-    for root, _, names in os.walk(name):
-        for file in names:
-            if file.endswith(".py"):
-                path = os.path.join(root, file)
-                with open(path, "rb") as handle:
-                    files[path] = handle.read()
-    info = f"{name}-{version}.dist-info"
-    deps = "".join(f"Requires-Dist: {d}\\n" for d in meta.get("dependencies", []))
-    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n{deps}".encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\\nGenerator: fake\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
-    record = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    files[f"{info}/RECORD"] = ("\\n".join(record) + f"\\n{info}/RECORD,,\\n").encode()
-    wheel = f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as archive:
-        for path, data in files.items():
-            archive.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), data)
-    return wheel
-'''
+    return _write_wheel(wheel_directory, meta["name"], meta["version"], meta.get("dependencies", []))
+''' + BACKEND_WHEEL_WRITER
 
 PYPROJECT = '''\
 [build-system]

@@ -14,6 +14,38 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+#: the wheel-writing half of the in-tree PEP 517 backends of the test repositories (fakerepo, tinyrepo): source
+#: text, since a backend runs from the repository's own `_build` folder and cannot import the tests. Each backend
+#: puts its own metadata reader before it and calls `_write_wheel(wheel_directory, name, version, deps)`.
+BACKEND_WHEEL_WRITER = '''\
+import base64, hashlib, os, zipfile
+
+
+def _write_wheel(wheel_directory, name, version, deps):
+    """A pure-Python wheel of the package folder `name`, with the standard library only, offline."""
+    files = {}
+    for root, _, names in os.walk(name):
+        for file in sorted(names):
+            if file.endswith(".py"):
+                path = os.path.join(root, file)
+                with open(path, "rb") as handle:
+                    files[path] = handle.read()
+    info = f"{name}-{version}.dist-info"
+    requires = "".join(f"Requires-Dist: {d}\\n" for d in deps)
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n{requires}".encode()
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\\nGenerator: fake\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    files[f"{info}/RECORD"] = ("\\n".join(record) + f"\\n{info}/RECORD,,\\n").encode()
+    wheel = f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as archive:
+        for path, data in files.items():
+            archive.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    return wheel
+'''
+
 # A fixed timestamp makes the same inputs give the same bytes, so the same wheel keeps the same hash.
 _EPOCH = (2020, 1, 1, 0, 0, 0)
 

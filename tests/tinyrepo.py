@@ -12,6 +12,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from fakewheels import BACKEND_WHEEL_WRITER
+
 TINYNET = '''\
 """tinynet at one commit: a dense layer saved as a dict of arrays."""
 import numpy as np
@@ -53,7 +55,7 @@ def load(model, path):
 
 BACKEND = '''\
 """An in-tree PEP 517 backend: a pure-Python wheel from setup.cfg, standard library only, offline."""
-import base64, configparser, hashlib, os, zipfile
+import configparser
 
 
 def _meta():
@@ -64,29 +66,8 @@ def _meta():
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    name, version, deps = _meta()
-    files = {}
-    for root, _, names in os.walk(name):
-        for file in sorted(names):
-            if file.endswith(".py"):
-                path = os.path.join(root, file)
-                with open(path, "rb") as handle:
-                    files[path] = handle.read()
-    info = f"{name}-{version}.dist-info"
-    requires = "".join(f"Requires-Dist: {d}\\n" for d in deps)
-    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n{requires}".encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\\nGenerator: tiny\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
-    record = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    files[f"{info}/RECORD"] = ("\\n".join(record) + f"\\n{info}/RECORD,,\\n").encode()
-    wheel = f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as archive:
-        for path, data in files.items():
-            archive.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), data)
-    return wheel
-'''
+    return _write_wheel(wheel_directory, *_meta())
+''' + BACKEND_WHEEL_WRITER
 
 PYPROJECT = '''\
 [build-system]
