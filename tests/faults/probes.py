@@ -172,113 +172,18 @@ class Quick(modelci.Workload):
         return {"y": [self.w, 2.0]}
 '''
 
-HANG = '''
-class Hang(modelci.Workload):
-    """Tells the probe it has started, then spins at full CPU forever."""
-
-    framework = "python"
-
-    def setup(self, ctx):
-        import os, pathlib
-        pathlib.Path(os.environ["PROBE_DIR"], "hanging").write_text(str(os.getpid()))
-        while True:
-            pass
-
-    def train_step(self, ctx, step):
-        return 0.0
-
-    def infer(self, ctx):
-        return {"y": [0.0]}
-'''
-
-BACKGROUND = '''
-class Background(modelci.Workload):
-    """Starts a process that outlives it (in its own process group), then ends normally."""
-
-    framework = "python"
-
-    def setup(self, ctx):
-        import os, pathlib, subprocess, sys
-        child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        pathlib.Path(os.environ["PROBE_DIR"], "background").write_text(str(child.pid))
-
-    def train_step(self, ctx, step):
-        return 0.0
-
-    def infer(self, ctx):
-        return {"y": [1.0]}
-'''
-
-BACKGROUND_THEN_HANG = '''
-class BackgroundThenHang(modelci.Workload):
-    """Starts a process of its own, tells the probe, then spins forever."""
-
-    framework = "python"
-
-    def setup(self, ctx):
-        import os, pathlib, subprocess, sys
-        child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        pathlib.Path(os.environ["PROBE_DIR"], "hanging").write_text(str(child.pid))
-        while True:
-            pass
-
-    def train_step(self, ctx, step):
-        return 0.0
-
-    def infer(self, ctx):
-        return {"y": [0.0]}
-'''
-
-
-SETSID_BACKGROUND = '''
-class SetsidBackground(modelci.Workload):
-    """Starts a process in a session of its own (out of the workload's process group), then ends normally."""
-
-    framework = "python"
-
-    def setup(self, ctx):
-        import os, pathlib, subprocess, sys
-        child = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-        pathlib.Path(os.environ["PROBE_DIR"], "background").write_text(str(child.pid))
-
-    def train_step(self, ctx, step):
-        return 0.0
-
-    def infer(self, ctx):
-        return {"y": [1.0]}
-'''
-
-SETSID_THEN_HANG = '''
-class SetsidThenHang(modelci.Workload):
-    """Starts a process in a session of its own, tells the probe, then spins forever."""
-
-    framework = "python"
-
-    def setup(self, ctx):
-        import os, pathlib, subprocess, sys
-        child = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-        pathlib.Path(os.environ["PROBE_DIR"], "hanging").write_text(str(child.pid))
-        while True:
-            pass
-
-    def train_step(self, ctx, step):
-        return 0.0
-
-    def infer(self, ctx):
-        return {"y": [0.0]}
-'''
-
-def workload(name: str, body: str = "", attrs: str = "", base: str = "modelci.Workload") -> str:
+def workload(name: str, body: str = "", attrs: str = "", base: str = "modelci.Workload", doc: str = "") -> str:
     """The source of a small workload class `name` whose phases are ok unless `body` (in `setup`) says otherwise."""
     attrs = textwrap.indent(textwrap.dedent(attrs).strip(), "    ") if attrs.strip() else ""
     body = textwrap.indent(textwrap.dedent(body).strip(), "        ") if body.strip() else "        pass"
+    doc = f'    """{doc}"""\n\n' if doc else ""
     return f'''
 class {name}({base}):
-    framework = "python"
+{doc}    framework = "python"
 {attrs}
 
     def setup(self, ctx):
-        import os, sys, pathlib
+        import os, sys, pathlib, subprocess
 {body}
 
     def train_step(self, ctx, step):
@@ -287,6 +192,33 @@ class {name}({base}):
     def infer(self, ctx):
         return {{"y": [1.0, 2.0]}}
 '''
+
+
+def _spinner(name: str, doc: str, *, spawn: str = "", hang: bool) -> str:
+    """A workload that tells the probe a pid in PROBE_DIR/<hanging|background>: its own, or (`spawn` "group" or
+    "session") that of a spinning process it starts in its own process group or in a session of its own; then
+    it spins at full CPU forever (`hang`) or ends normally."""
+    marker = "hanging" if hang else "background"
+    if spawn:
+        session = ", start_new_session=True" if spawn == "session" else ""
+        body = (f'child = subprocess.Popen([sys.executable, "-c", "while True: pass"]{session})\n'
+                f'pathlib.Path(os.environ["PROBE_DIR"], "{marker}").write_text(str(child.pid))')
+    else:
+        body = f'pathlib.Path(os.environ["PROBE_DIR"], "{marker}").write_text(str(os.getpid()))'
+    if hang:
+        body += "\nwhile True:\n    pass"
+    return workload(name, body, doc=doc)
+
+
+HANG = _spinner("Hang", "Tells the probe it has started, then spins at full CPU forever.", hang=True)
+BACKGROUND = _spinner("Background", "Starts a process that outlives it (in its own process group), then ends "
+                      "normally.", spawn="group", hang=False)
+BACKGROUND_THEN_HANG = _spinner("BackgroundThenHang", "Starts a process of its own, tells the probe, then spins "
+                                "forever.", spawn="group", hang=True)
+SETSID_BACKGROUND = _spinner("SetsidBackground", "Starts a process in a session of its own (out of the workload's "
+                             "process group), then ends normally.", spawn="session", hang=False)
+SETSID_THEN_HANG = _spinner("SetsidThenHang", "Starts a process in a session of its own, tells the probe, then "
+                            "spins forever.", spawn="session", hang=True)
 
 
 @dataclass
