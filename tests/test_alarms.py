@@ -201,6 +201,20 @@ def test_a_step_too_small_for_the_pairwise_check_opens_a_change_alarm_naming_the
     assert [events(o) for o in back] == [[], [("recovered", SLOW, "time.infer")], []]
 
 
+def test_an_infinite_value_in_the_history_is_no_point_and_the_alarm_step_still_runs(history):
+    # an overflowed metric once reached the change-point detector, which refuses non-finite values: the alarm step
+    # raised, and the run lost its alarms (PostgreSQL keeps NaN too, where SQLite stores NULL)
+    values = levels(30, 26, 0.06)
+    outcomes = [history.run(f"1.0.{i}", [timed(SLOW, value, seed=i, noise=0.005,
+                                                extra={"overflow": [float("inf") if i == 12 else 1.0]})])
+                for i, value in enumerate(values)]
+    assert all(o.alarms is not None for o in outcomes)
+    (series,) = changes.load_series(history.store, metric="overflow")
+    assert len(series.values) == 29 and "fw==1.0.12" not in series.labels
+    (alarm,) = [a for a in lifecycle.list_alarms(history.store) if a.check == "history"]
+    assert (alarm.metric, alarm.numbers["first_target"]) == ("time.infer", "fw==1.0.26")
+
+
 def test_the_online_check_looks_for_a_step_the_bad_way_only(history):
     from modelci.checks.history import detect_latest
 

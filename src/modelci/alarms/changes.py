@@ -8,6 +8,7 @@ policy's calibrated `noise_cv` when set, else estimated from the series.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -74,7 +75,8 @@ class SeriesChange:
 def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] | None = None,
                 metric: str | None = None) -> list[Series]:
     """Every series of the history (or of one runner, some workloads, one metric), from ok results of complete
-    runs: one query for the points, one for the targets they belong to."""
+    runs: one query for the points, one for the targets they belong to. A value that is not finite (an
+    infinite or NaN loss) is no point of a series: it has no level to compare."""
     value = case((MetricRow.kind == "curve", MetricRow.final), else_=MetricRow.median)
     stmt = (
         select(RunRow.runner, ResultRow.workload, MetricRow.name, MetricRow.kind, MetricRow.unit, value,
@@ -95,6 +97,10 @@ def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] 
     shapes: dict[tuple[str, str, str], tuple[str, str]] = {}
     with store.read() as session:
         for run_runner, workload, name, kind, unit, number, target_id in session.execute(stmt):
+            if not math.isfinite(number):
+                # a diverged loss or an overflowed counter: the pairwise checks report it; a level it has none
+                # (PostgreSQL keeps a NaN where SQLite stores NULL, which the query leaves out already)
+                continue
             key = (run_runner, workload, name)
             points.setdefault(key, {}).setdefault(target_id, []).append(number)
             if key not in shapes:
