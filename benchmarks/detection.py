@@ -362,10 +362,15 @@ def _noise(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
     return e
 
 
+def _room(count: int, gap: int = 15) -> int:
+    """The fewest points that hold ``count`` changes as _steps places them."""
+    return 2 * gap + (count - 1) * (gap + 1) + 1
+
+
 def _steps(n: int, count: int, rng: np.random.Generator, gap: int = 15) -> list[int]:
     """``count`` change indexes more than ``gap`` points from each other and at least ``gap`` from the ends, drawn
     in one go (drawing until they fit never ends when they cannot: 3 changes in 60 points)."""
-    span = n - 2 * gap - (count - 1) * (gap + 1)
+    span = n - _room(count, gap) + 1
     if span < 1:
         raise ValueError(f"{count} changes more than {gap} points apart do not fit in {n} points")
     offsets = np.sort(rng.integers(0, span, count))
@@ -407,7 +412,7 @@ def real_series(kind: str, rng: np.random.Generator) -> tuple[np.ndarray, list[i
         noise = {"steps, AR(1) noise": "ar1", "steps, outliers": "outliers"}.get(kind, "iid")
         level = {"around zero": 0.0, "below zero": -50.0}.get(kind, 20.0)
         count = int(rng.integers(1, 4))
-        n = max(n, 2 * 15 + (count - 1) * 16 + 1)  # room for them all
+        n = max(n, _room(count))
         changes = _steps(n, count, rng)
         y = level + _noise(noise, n, rng)
         for at in changes:

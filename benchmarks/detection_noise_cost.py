@@ -59,13 +59,8 @@ def _know(known: tuple[str, ...]) -> None:
 
     def noise_for(*args, **kwargs):  # type: ignore[no-untyped-def]
         noise = estimate(*args, **kwargs)
-        sd = TRUE_SD if "sd" in known else noise.sd
-        phi = TRUE_PHI if "phi" in known else noise.phi
-        if "sd" in known:
-            innovations = sd * math.sqrt(1 - phi**2)
-        else:
-            innovations = noise.innovations if "phi" not in known else noise.sd * math.sqrt(1 - phi**2)
-        return history.Noise(sd, phi, innovations)
+        # the innovations' sd follows from the sd and phi (Noise.innovations) once either is the true one
+        return history.Noise(TRUE_SD if "sd" in known else noise.sd, TRUE_PHI if "phi" in known else noise.phi)
 
     if known:
         history._noise_for = noise_for
