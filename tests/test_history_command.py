@@ -56,3 +56,12 @@ def test_history_shows_the_last_runs_and_says_how_to_see_all(history, capsys):
 def test_history_refuses_a_last_below_one(history, capsys):
     assert cli.main(["history", "s/A", "--metric", "time.infer", "--last", "0"]) == 2
     assert "--last 0: give a number of runs of at least 1, or --all" in capsys.readouterr().err
+
+
+def test_an_empty_series_says_what_there_is(history, capsys):
+    assert cli.main(["history", "s/A", "--metric", "nope"]) == 2
+    assert "workload 's/A' has no metric 'nope'; its metrics: time.infer" in capsys.readouterr().err
+    assert cli.main(["history", "s/A", "--metric", "time.infer", "--runner", "nobody"]) == 2
+    assert "workload 's/A' never ran on runner 'nobody'" in capsys.readouterr().err
+    assert cli.main(["history", "s/B", "--metric", "time.infer"]) == 2
+    assert "no workload 's/B' in the history; workloads there: s/A" in capsys.readouterr().err

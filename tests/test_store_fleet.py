@@ -138,7 +138,7 @@ def test_a_missing_postgresql_driver_names_the_extra_to_install(tmp_path):
 
 def test_a_folder_that_cannot_be_created_is_a_usage_error(tmp_path):
     (tmp_path / "file").write_text("not a folder")
-    code, out = cli(tmp_path, str(tmp_path / "file" / "sub" / "history.db"))
+    code, out = cli(tmp_path, str(tmp_path / "file" / "sub" / "history.db"), "db", "upgrade")  # one that creates
     assert code == 2 and "cannot create the folder" in out and str(tmp_path / "file" / "sub") in out
 
 

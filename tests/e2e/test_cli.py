@@ -61,8 +61,10 @@ def test_run_then_show_and_history(fake_project):
         (["run", "--target", "fakefw==0.0.42", "--suite", "fakesuite"], "fakefw==0.0.42"),
         (["run", "--target", "WHEEL", "--suite", "no/such/suite"], "does not exist"),
         (["run", "--target", "WHEEL", "--suite", "fakesuite", "-k", "nothing-matches"], "matches no workload"),
-        (["show", "424242"], "no run '424242'"),
-        (["history", "fakesuite/Nope"], "no 'time.train' history"),
+        # before any run there is no history to read: said, and none is created (tests/test_cli_input.py has the
+        # unknown ids and workloads of a history that exists)
+        (["show", "424242"], "there is no history database"),
+        (["history", "fakesuite/Nope"], "`modelci run` creates it"),
     ],
 )
 def test_bad_input_exits_2_with_a_message_and_no_traceback(fake_project, args, message):

@@ -19,7 +19,8 @@ def main(args, cfg) -> int:
     from modelci.store import Store
 
     out = console()
-    store = Store.from_config(cfg, schema="upgrade" if args.db_action == "upgrade" else "inspect")
+    upgrade = args.db_action == "upgrade"
+    store = Store.from_config(cfg, schema="upgrade" if upgrade else "inspect", create=upgrade)
     state = store.schema
     revision = state.revision or ("none (a history from before schema revisions)" if state.has_history else "none")
     if not state.known:  # only `current` gets here: `upgrade` refuses a newer history

@@ -24,7 +24,7 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.store import Store
 
-    store = Store.from_config(cfg)
+    store = Store.from_config(cfg, create=False)
     out = views.console()
     if args.changes:
         from modelci.alarms import changes, hooks
@@ -43,9 +43,20 @@ def main(args, cfg) -> int:
         raise UserError(f"--last {args.last}: give a number of runs of at least 1, or --all for every run")
     series = store.series(args.workload, args.metric, args.runner)
     if not series:
-        known = sorted({w["workload"] for w in store.workloads(args.runner)})
-        raise UserError(f"no {args.metric!r} history for workload {args.workload!r}; "
-                        f"workloads in the history: {', '.join(known) or 'none'}")
+        raise UserError(_nothing_to_show(store, args.workload, args.metric, args.runner))
     # a terminal table of 10,000 rows took 7 s to print (docs/overhead.md): the recent runs by default
     views.render_history(series if args.all else series[-args.last:], args.metric, out, total=len(series))
     return EXIT_OK
+
+
+def _nothing_to_show(store, workload: str, metric: str, runner: str | None) -> str:
+    """Why a series is empty, with what there is: the workload's metrics, or the workloads of the history."""
+    metrics = store.metric_names(workload, runner)
+    if metrics:
+        return f"workload {workload!r} has no metric {metric!r}; its metrics: {', '.join(metrics)}"
+    on = f" on runner {runner!r}" if runner else ""
+    if runner and store.metric_names(workload):
+        return f"workload {workload!r} never ran{on}; leave out --runner to see every runner's runs"
+    known = sorted({w["workload"] for w in store.workloads(runner)})
+    return (f"no workload {workload!r} in the history{on}; workloads there: {', '.join(known) or 'none'} "
+            "(`modelci history` lists them)")

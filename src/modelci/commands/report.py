@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK
+from modelci.commands import EXIT_OK, count
 
 
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("report", help="write the dashboard: a static site that opens from file://")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder to write the site into")
-    parser.add_argument("--overlay", type=int, default=10, metavar="N",
+    parser.add_argument("--overlay", type=count, default=10, metavar="N",
                         help="loss curves of the last N targets overlaid on each workload page (default 10)")
-    parser.add_argument("--recent", type=int, default=30, metavar="N", help="runs listed on the index (default 30)")
+    parser.add_argument("--recent", type=count, default=30, metavar="N", help="runs listed on the index (default 30)")
     parser.add_argument("--full", action="store_true", help="write every run page again, even those unchanged")
 
 
 def main(args, cfg) -> int:
     """Generate the site and say where its index is."""
     from modelci.report import console as views
-    from modelci.report.site import generate_site
+    from modelci.report.site import generate_site, plotly_js
     from modelci.store import Store
 
-    report = generate_site(Store.from_config(cfg), args.out, overlay=args.overlay, recent=args.recent,
+    plotly_js()  # the missing extra is the first thing to say: without it there is no report to write
+    report = generate_site(Store.from_config(cfg, create=False), args.out, overlay=args.overlay, recent=args.recent,
                            full=args.full)
     out = views.console()
     kept = f", {report.kept_pages} run pages unchanged" if report.kept_pages else ""

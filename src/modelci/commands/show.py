@@ -16,5 +16,5 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.store import Store
 
-    views.render_show(Store.from_config(cfg).run(args.run_id), views.console())
+    views.render_show(Store.from_config(cfg, create=False).run(args.run_id), views.console())
     return EXIT_OK

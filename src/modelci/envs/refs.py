@@ -36,10 +36,15 @@ class EnvRecord:
 
 
 def resolve(ref: str, store: Any, cache_dir: str | Path) -> EnvRecord:
-    """Find the environment `ref` names (see the module docstring); an unknown one is a UserError."""
+    """Find the environment `ref` names (see the module docstring); an unknown one is a UserError.
+
+    `store` is the history, or a function that opens it, called only for a ref that needs it (a lock file or a
+    folder does not, so it needs no history to exist)."""
     path = Path(ref)
     if path.exists():
         return _from_path(path)
+    if callable(store):
+        store = store()
     if ref == "latest" or ref.isdigit():
         return from_run(store, ref)
     row = store.environment(ref)

@@ -56,9 +56,11 @@ WRITE_LOCK_KEY = 0x6D6F64656C636977
 REUSE_CANDIDATES = 20
 
 
-def database_url(value: str, readonly: bool = False) -> str:
+def database_url(value: str, readonly: bool = False, create: bool = True) -> str:
     """A SQLAlchemy URL from a URL or a file path (a path means SQLite); `readonly` opens a SQLite file read-only
-    (SQLite's `mode=ro`), which refuses every write, as a history on a read-only share needs.
+    (SQLite's `mode=ro`), which refuses every write, as a history on a read-only share needs. Without `create` a
+    SQLite file that does not exist is a UserError, not a new empty history: a command that only reads the
+    history must not answer "no runs, no alarms" (and pass in CI) for a mistyped path.
 
     `postgresql://` (and `postgres://`) mean psycopg 3, the driver of the `postgres` extra, not SQLAlchemy's
     default psycopg2. A value that is no URL, or a folder that cannot be made, is a UserError."""
@@ -70,7 +72,11 @@ def database_url(value: str, readonly: bool = False) -> str:
                             "postgresql://USER@HOST:PORT/DATABASE") from None
         if url.drivername in ("postgresql", "postgres"):
             return url.set(drivername="postgresql+psycopg").render_as_string(False)
-        if not readonly or url.get_backend_name() != "sqlite" or url.query.get("mode") == "ro" or not url.database:
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            return value
+        if not create and not url.database.startswith("file:"):
+            _must_exist(Path(url.database).expanduser().resolve())
+        if not readonly or url.query.get("mode") == "ro":
             return value
         if url.database.startswith("file:"):  # already a SQLite URI: it only lacks the mode
             return url.update_query_dict({"mode": "ro", "uri": "true"}).render_as_string(False)
@@ -81,6 +87,8 @@ def database_url(value: str, readonly: bool = False) -> str:
             raise UserError(f"there is no history database {path} to read; give the file that `modelci run` "
                             "writes (db in modelci.toml, MODELCI_DB or --db)")
         return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
+    if not create:
+        _must_exist(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -91,6 +99,22 @@ def database_url(value: str, readonly: bool = False) -> str:
         raise UserError(f"the history database {path} is a folder; give a file path (db in modelci.toml, "
                         "MODELCI_DB or --db)")
     return f"sqlite:///{path}"
+
+
+def _must_exist(path: Path) -> None:
+    if not path.is_file():
+        raise UserError(f"there is no history database {path}: `modelci run` creates it; check the path (db in "
+                        "modelci.toml, MODELCI_DB or --db)")
+
+
+def row_id(value: str | int) -> int | None:
+    """A run or alarm id as the database stores it (a positive 64-bit integer), or None for anything else: a
+    lookup of "abc" or of 99999999999999999999999 finds nothing rather than overflow the driver."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if 0 < number < 2**63 else None
 
 
 def make_engine(url: str) -> Engine:
@@ -145,10 +169,14 @@ class Store:
     """The history database and the artifact store behind one object."""
 
     def __init__(self, db: str, artifacts: str, *, artifacts_options: dict[str, Any] | None = None,
-                 artifacts_readonly: bool = False, readonly: bool = False, schema: str = "ensure"):
+                 artifacts_readonly: bool = False, readonly: bool = False, schema: str = "ensure",
+                 create: bool = True):
         """`schema`: "ensure" brings the history to this modelci's schema where that is safe (store/migrate.py),
-        "upgrade" applies every pending revision (`modelci db upgrade`), "inspect" only reads where it stands."""
-        self.url = database_url(db, readonly)
+        "upgrade" applies every pending revision (`modelci db upgrade`), "inspect" only reads where it stands.
+        Without `create` the history must already exist (the commands that read it): a missing SQLite file, or
+        a database without modelci's tables, is a UserError, and nothing is created in it."""
+        self.url = database_url(db, readonly, create)
+        self.create = create
         #: the URL as messages show it: without a password
         self.shown = make_url(self.url).render_as_string(hide_password=True)
         #: opened read-only: a SQLite URL with mode=ro, which `readonly` makes of a path; then nothing is created
@@ -212,7 +240,7 @@ class Store:
             elif how == "inspect":
                 self.schema = migrate.inspect_state(self.engine)
             else:
-                self.schema = migrate.ensure(self.engine, self.shown, self.readonly)
+                self.schema = migrate.ensure(self.engine, self.shown, self.readonly, self.create)
         except DBAPIError as exc:
             # a refused connection, a file that is not a database, a server gone away: the harness cannot run
             raise HarnessError(f"cannot open the history database {self.shown}: {_first_line(exc.orig)}") from None
@@ -476,10 +504,8 @@ class Store:
                 if row is None:
                     raise UserError(f"the history {self.shown} holds no runs yet; start with `modelci run`")
             else:
-                try:
-                    row = session.get(RunRow, int(run_id))
-                except ValueError:
-                    row = None
+                number = row_id(run_id)
+                row = session.get(RunRow, number) if number is not None else None
                 if row is None:
                     raise UserError(f"no run {run_id!r} in {self.shown}; `modelci history` lists the runs")
             results = [self.to_result(r) for r in row.results]
@@ -521,6 +547,16 @@ class Store:
         """One metric of one workload across the history, one point per run, oldest first (store/series.py)."""
         with self.engine.connect() as connection:
             return load_series(connection, workload, metric, runner)
+
+    def metric_names(self, workload: str, runner: str | None = None) -> list[str]:
+        """The metrics a workload recorded (on `runner`), sorted: what `modelci history` says when asked for one
+        that it has not."""
+        with self.sessions() as session:
+            stmt = (select(MetricRow.name).distinct().join(ResultRow, MetricRow.result_id == ResultRow.id)
+                    .where(ResultRow.workload == workload).order_by(MetricRow.name))
+            if runner:
+                stmt = stmt.join(RunRow, ResultRow.run_id == RunRow.id).where(RunRow.runner == runner)
+            return list(session.scalars(stmt))
 
     def workloads(self, runner: str | None = None) -> list[dict[str, Any]]:
         """Each workload in the history with its latest status and run, for `modelci history`: the latest result of

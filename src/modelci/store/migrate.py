@@ -137,14 +137,18 @@ def inspect_state(engine: Engine) -> SchemaState:
         return state(connection)
 
 
-def ensure(engine: Engine, url: str, readonly: bool) -> SchemaState:
-    """Bring the history to this modelci's schema where that is safe, or say why not (a UserError)."""
+def ensure(engine: Engine, url: str, readonly: bool, create: bool = True) -> SchemaState:
+    """Bring the history to this modelci's schema where that is safe, or say why not (a UserError). Without
+    `create` a database that holds no modelci history is refused rather than given modelci's tables."""
     if at_head(engine):
         return SchemaState(HEAD, True, HEAD, (), True)
     found = inspect_state(engine)
     refuse_newer(found, url)
     if found.current:
         return found
+    if not found.has_history and not create:
+        raise UserError(f"{url} holds no modelci history (no schema_info table); give the database that "
+                        "`modelci run` writes (db in modelci.toml, MODELCI_DB or --db)")
     if readonly:
         if not found.has_history:
             raise UserError(f"{url} holds no modelci history (no schema_info table), and it is opened read-only, "
