@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         cli_values = {"db": args.db}
         for name in ("runner", "timeout", "repeats"):
             cli_values[name] = getattr(args, name, None)
-        cfg = config_module.load(cli=cli_values, config_file=args.config)
+        # `init` writes a new project's config: a broken one in the current folder is none of its business
+        cfg = None if args.command == "init" else config_module.load(cli=cli_values, config_file=args.config)
         code = modules[args.command].main(args, cfg)
         return cancel.exit_code() if code == EXIT_INTERRUPTED else code
     except UserError as exc:

@@ -490,12 +490,12 @@ def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | 
     if target.kind == "current":
         raise UserError("compat needs a target with a version (numpy==2.0.0, a wheel or a git commit), not "
                         "'current': saved models are ordered by the version that saved them")
+    producers = Producers(from_spec, target, config.cache_dir)  # a bad --from is said before the environment
     store = store or Store.from_config(config)
     manifests, problems = records.read_manifests(store.artifacts)
     progress.note(f"target {target.spec}: preparing the environment")
     env = steps.environment_for(config, target, log=progress.note)
     consumer = target_dict(target)
-    producers = Producers(from_spec, target, config.cache_dir)
     ours = _selected([m for m in manifests if m["producer"].get("name") == target.name], suites, pattern)
     plan: list[tuple[dict[str, Any], Any, list[dict[str, Any]], str]] = []
     if direction in ("backward", "both"):

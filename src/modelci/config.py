@@ -39,6 +39,8 @@ class Option:
     #: the smallest value a number may take (None: no bound), and whether that bound itself is refused
     minimum: float | None = None
     above: bool = False
+    #: the largest value a number may take (None: no bound)
+    maximum: float | None = None
 
     @property
     def env(self) -> str:
@@ -47,10 +49,10 @@ class Option:
 
 
 def option(default: Any, help: str, *, choices: tuple = (), minimum: float | None = None,
-           above: bool = False) -> Any:
+           above: bool = False, maximum: float | None = None) -> Any:
     """Declare a top-level option as a field of `Config`: its default, help and range; its type is the field's.
     `modelci config`, the starter file, the `MODELCI_*` variables and the checks of every value come from it."""
-    metadata = {"help": help, "choices": choices, "minimum": minimum, "above": above}
+    metadata = {"help": help, "choices": choices, "minimum": minimum, "above": above, "maximum": maximum}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -73,7 +75,9 @@ class Config:
     runner: str = option(socket.gethostname(), "runner label stored with every run (e.g. ci-cpu)")
     timeout: float = option(1800.0, "seconds one workload may take before it is killed and marked timeout",
                             minimum=0, above=True)
-    seed: int = option(0, "seed handed to every workload", minimum=0)
+    #: at most 2**32 - 1: the seed is also each workload's PYTHONHASHSEED, which Python refuses beyond that (every
+    #: workload would crash at start, and the run would read as a regression)
+    seed: int = option(0, "seed handed to every workload", minimum=0, maximum=2**32 - 1)
     repeats: int = option(0, "timed inference repeats per workload (0: the workload's own setting)", minimum=0)
     python: str = option(sys.executable, "base interpreter for the environments")
     threads: int = option(1, "BLAS/OpenMP threads per workload (0: leave the variables as they are); a fixed count "
@@ -136,7 +140,7 @@ def _options() -> list[Option]:
         kind = typing.get_origin(hints[f.name]) or hints[f.name]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         found.append(Option(f.name, kind, default, f.metadata["help"], f.metadata["choices"], f.metadata["minimum"],
-                            f.metadata["above"]))
+                            f.metadata["above"], f.metadata["maximum"]))
     return found
 
 
@@ -154,15 +158,33 @@ def find_file(start: Path) -> tuple[Path | None, dict[str, Any]]:
             data = read_toml(path)
             if name == "modelci.toml":
                 return path, data
-            if "modelci" in data.get("tool", {}):
-                return path, data["tool"]["modelci"]
+            table = _tool_table(data, path)
+            if table is not None:
+                return path, table
     return None, {}
+
+
+def _tool_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """The [tool.modelci] table of a pyproject.toml, None when it has none; a `tool` or `tool.modelci` that is
+    not a table is a UserError naming it."""
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise UserError(f"{path}: 'tool' must be a table ([tool.modelci]), got {tool!r}")
+    if "modelci" not in tool:
+        return None
+    if not isinstance(tool["modelci"], dict):
+        raise UserError(f"{path}: 'tool.modelci' must be a table ([tool.modelci]), got {tool['modelci']!r}")
+    return tool["modelci"]
 
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; a syntax error names the file and the line."""
     try:
-        return tomllib.loads(path.read_text())
+        # utf-8-sig: an editor's byte-order mark is no syntax error at line 1, column 1
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); a TOML file must be UTF-8: fix the file or "
+                        "pass --config") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc}); fix the file or pass --config") from None
     except OSError as exc:
@@ -177,11 +199,13 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     environ = os.environ if environ is None else environ
     if config_file:
         path: Path | None = Path(config_file)
+        if path.is_dir():
+            raise UserError(f"config file {config_file} is a folder; pass the modelci.toml (or pyproject.toml) in it")
         if not path.is_file():
             raise UserError(f"config file {config_file} does not exist")
         data = read_toml(path)
         if path.name == "pyproject.toml":
-            data = data.get("tool", {}).get("modelci", {})
+            data = _tool_table(data, path) or {}
     else:
         path, data = find_file(cwd)
     where = str(path) if path else "config"
@@ -206,6 +230,10 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     for key, value in (cli or {}).items():
         if value is not None:
             values[key], sources[key] = coerce(OPTION_BY_NAME[key], value, f"option --{key.replace('_', '-')}"), "cli"
+    runner = values["runner"]
+    if not runner.strip() or not runner.isprintable():
+        raise UserError(f"runner {runner!r} (from {sources['runner']}) must be a non-blank label on one line, such "
+                        "as ci-cpu: runs are grouped and compared by it")
     for key in PATH_OPTIONS:
         if "://" not in values[key]:
             values[key] = str((root / Path(values[key]).expanduser()).resolve())
@@ -256,6 +284,8 @@ def in_range(option: Option, number: Any, where: str) -> Any:
     if option.minimum is not None and (number <= option.minimum if option.above else number < option.minimum):
         bound = f"greater than {option.minimum:g}" if option.above else f"{option.minimum:g} or more"
         raise UserError(f"{where} must be {bound}, got {number!r}")
+    if option.maximum is not None and number > option.maximum:
+        raise UserError(f"{where} must be {option.maximum:.15g} or less, got {number!r}")
     return number
 
 
@@ -315,10 +345,25 @@ def validate_policy(table: Any, where: str) -> dict[str, Any]:
         if key == "direction" and value not in ("lower", "higher"):
             raise UserError(f"{where}: key 'direction' must be \"lower\" or \"higher\" (which is better), "
                             f"got {value!r}")
-        if key in ("threshold", "tolerance", "skip_head") and value < 0:
-            raise UserError(f"{where}: key {key!r} must not be negative, got {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            _check_setting_range(key, value, where)
         checked[key] = value
     return checked
+
+
+def _check_setting_range(key: str, value: float, where: str) -> None:
+    """A number among the check settings: finite; alpha a probability; a factor 1 or more (1.10 flags 10% worse);
+    every other one (tolerances, floors, noise, thresholds) 0 or more. A value outside would not fail loudly:
+    it would quietly flag everything, or nothing."""
+    if not math.isfinite(value):
+        raise UserError(f"{where}: key {key!r} must be a finite number, got {value!r}")
+    if key == "alpha" and not 0 < value < 1:
+        raise UserError(f"{where}: key 'alpha' is a significance level, between 0 and 1 (such as 0.05), "
+                        f"got {value!r}")
+    if key.endswith("_factor") and value < 1:
+        raise UserError(f"{where}: key {key!r} must be 1 or more (1.10 flags 10% worse), got {value!r}")
+    if value < 0:
+        raise UserError(f"{where}: key {key!r} must not be negative, got {value!r}")
 
 
 def validate_overrides(entries: Any, where: str) -> list[dict[str, Any]]:

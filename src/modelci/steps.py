@@ -43,6 +43,11 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
                                 + ", ".join(f"zoo:{k}" for k in known))
         else:
             folder = (root / spec).resolve() if not Path(spec).is_absolute() else Path(spec)
+            if not spec.strip():
+                raise UserError("an empty --suite; pass a folder of workload files or zoo:NAME")
+            if folder.is_file():
+                raise UserError(f"suite {spec!r} is a file; a suite is the folder that holds workload files (pass "
+                                f"{str(Path(spec).parent) or '.'!r}) or zoo:NAME")
             if not folder.is_dir():
                 raise UserError(f"suite folder {spec!r} does not exist; pass a folder of workload files or zoo:NAME")
             name = folder.name

@@ -100,6 +100,9 @@ def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:
     itself happens later, in `builds.prepare`, when the environment is made.
     """
     text = spec.strip()
+    if not text:
+        raise UserError("the target is empty; give a requirement (numpy==2.0.0), a .whl path, git+URL@REF or "
+                        "current")
     if text == "current":
         return Target(spec=text, kind="current", name="current")
     if text.endswith(".whl"):
@@ -113,12 +116,26 @@ def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:
             f"target {spec!r} is not a requirement, a wheel path or 'current' ({exc}); "
             "for example --target numpy==2.0.0"
         ) from None
+    if requirement.marker is not None:
+        # a marker that excludes this machine would build an environment without the target and record the
+        # run as that target's; one that includes it says nothing a run needs
+        raise UserError(f"target {spec!r} has an environment marker ({requirement.marker}); a target is one build "
+                        "to install here: drop the '; ...' part")
     version = None
     pins = [s for s in requirement.specifier if s.operator in ("==", "===") and "*" not in s.version]
     if len(pins) == 1:
         version = pins[0].version
     return Target(spec=text, kind="requirement", name=canonicalize_name(requirement.name),
                   requirements=[text], version=version)
+
+
+def check(spec: str) -> None:
+    """Refuse a bad target spec before any work starts (a UserError, as `resolve` gives it), without resolving a
+    git spec's ref, which needs its repository: `compare` checks both sides before it runs the first."""
+    if spec.strip().startswith("git+"):
+        parse_git_spec(spec.strip())
+    else:
+        resolve(spec)
 
 
 def _wheel_target(text: str) -> Target:

@@ -107,7 +107,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     progress = progress or Progress()
     suites = steps.resolve_suites(suite_specs, config.root)
     locked = envs.lockfile.read(lock) if lock else None
-    target = targets.resolve(target_spec or envs.locked_target(locked), cache_dir=config.cache_dir)
+    spec = target_spec if locked is None or target_spec else envs.locked_target(locked)
+    target = targets.resolve(spec or "", cache_dir=config.cache_dir)
     shared = store
     if shared is None:
         if config.artifacts_readonly:  # refused before the run starts, not after it

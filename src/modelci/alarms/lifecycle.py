@@ -298,7 +298,7 @@ def _act(store: Any, ids: Iterable[int], state: str, by: str, note: str, until: 
     done = []
     with store.write() as session:
         _lapse_silences(session, today or date.today(), None)
-        for alarm_id in ids:
+        for alarm_id in dict.fromkeys(ids):  # an id given twice is one action, not two events
             row = _row(session, alarm_id)
             if row.state == "resolved":
                 raise UserError(f"alarm {alarm_id} is already resolved (by {row.resolved_by or 'someone'}); "
@@ -321,7 +321,10 @@ def _act(store: Any, ids: Iterable[int], state: str, by: str, note: str, until: 
 
 
 def _row(session: Any, alarm_id: int) -> AlarmRow:
-    row = session.get(AlarmRow, int(alarm_id))
+    from modelci.store import row_id
+
+    number = row_id(alarm_id)
+    row = session.get(AlarmRow, number) if number is not None else None
     if row is None:
         raise UserError(f"no alarm {alarm_id}; `modelci alarms list --all` shows every alarm")
     return row

@@ -4,6 +4,8 @@ Each `main` calls one library function and turns its value into an exit code (do
 over a library"). A new command adds its module here, and nowhere else.
 """
 
+import argparse
+
 #: the command modules, in the order `modelci --help` lists them
 COMMANDS = [
     "modelci.commands.init",
@@ -25,10 +27,62 @@ COMMANDS = [
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
+# argparse types: argparse turns their ArgumentTypeError into "argument --port: ..." and exit 2
+
+
+def count(text: str) -> int:
+    """A whole number of 0 or more (`--recent`, `--keep`)."""
+    return _integer(text, 0, "a whole number of 0 or more")
+
+
+def record_id(text: str) -> int:
+    """An alarm or run id: a whole number from 1 (the database's ids are 64-bit)."""
+    return _integer(text, 1, "an id, a whole number from 1 (`modelci alarms list --all` and `modelci history` "
+                             "list them)", 2**63 - 1)
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 meaning a free one."""
+    return _integer(text, 0, "a port from 0 to 65535 (0 picks a free one)", 65535)
+
+
+def days(text: str) -> float:
+    """A finite number of days of 0 or more."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days of 0 or more")
+    return value
+
+
+class Once(argparse.Action):
+    """An option that may be given once: argparse would keep the last of two silently (`-k A -k B` ran B only)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001 (argparse's signature)
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice; give it once (a glob such as '*MLP*' selects several "
+                         "workloads)")
+        setattr(namespace, self.dest, values)
+
+
+def _integer(text: str, low: int, what: str, high: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(f"{text} is out of range: give {what}")
+    return value
+
+
 def add_selection(parser) -> None:
     """Options shared by the commands that run workloads: suites, -k, runner, timeout, repeats, --json."""
     parser.add_argument("--suite", action="append", default=[], help="folder of workload files or zoo:NAME; repeatable")
-    parser.add_argument("-k", dest="pattern", help="only workloads whose id contains this text (or matches this glob); "
+    parser.add_argument("-k", dest="pattern", action=Once, help="only workloads whose id contains this text (or matches this glob); "
                                                    "a whole id selects that workload alone")
     parser.add_argument("--runner", help="runner label (default: the host name; env MODELCI_RUNNER)")
     parser.add_argument("--timeout", type=float, help="seconds per workload before it is killed (env MODELCI_TIMEOUT)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 
-from modelci.commands import EXIT_OK, EXIT_REGRESSION
+from modelci.commands import EXIT_OK, EXIT_REGRESSION, record_id
 
 
 def add_parser(sub) -> None:
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
                          help="only alarms in this state; repeatable")
     listing.add_argument("--runner", help="only this runner")
     show = actions.add_parser("show", help="one alarm and its events")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=record_id)
     for name, text in (("ack", "acknowledge: someone is on it"), ("resolve", "close: fixed or accepted")):
         action = actions.add_parser(name, help=text)
         _people_options(action)
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
 
 
 def _people_options(parser) -> None:
-    parser.add_argument("ids", nargs="+", type=int, metavar="ID", help="alarm ids (see `modelci alarms list`)")
+    parser.add_argument("ids", nargs="+", type=record_id, metavar="ID", help="alarm ids (see `modelci alarms list`)")
     parser.add_argument("--by", help="who (default: $MODELCI_USER, else the login name)")
     parser.add_argument("--note", default="", help="why, for the alarm's record")
 
@@ -45,7 +45,7 @@ def main(args, cfg) -> int:
     from modelci.report import console as consoles
     from modelci.store import Store
 
-    store = Store.from_config(cfg)
+    store = Store.from_config(cfg, create=False)
     out = consoles.console()
     action = args.action or "list"
     if action == "list":

@@ -62,6 +62,9 @@ def main(args, cfg) -> int:
         versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     if versions is not None and (args.repo or args.good or args.bad):
         raise UserError("give either --repo/--good/--bad or releases (--versions, --package), not both")
+    from modelci.report import files
+
+    files.prepare({"--json": args.json_path})  # a bisect takes minutes; its report path is checked before it
     out = views.console(stderr=True)
 
     def log(text: str) -> None:

@@ -20,7 +20,9 @@ def main(args, cfg) -> int:
     pipconfig.prefetch()  # pip answers while the imports below run
     from modelci import workflow
     from modelci.report import console as views
+    from modelci.report import files, json_report
 
+    files.prepare({"--json": args.json_path})
     try:
         outcome = workflow.calibrate(cfg, args.target, args.suite or cfg.suites, args.pattern, runs=args.runs,
                                      progress=views.Progress(quiet=args.quiet, every=cfg.progress_every),
@@ -29,4 +31,6 @@ def main(args, cfg) -> int:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         return EXIT_INTERRUPTED
     views.render_calibration(outcome, views.console())
+    if args.json_path:
+        json_report.write(args.json_path, json_report.calibration_report(outcome))
     return EXIT_REGRESSION if outcome.failures else EXIT_OK

@@ -33,6 +33,10 @@ def main(args, cfg) -> int:
     from modelci.commands.run import prepare_report_files
 
     prepare_report_files(args)
+    from modelci import targets
+
+    for spec in (args.a, args.b):  # B's typo must not wait for A's run
+        targets.check(spec)
     try:
         outcome = workflow.compare(cfg, args.a, args.b, args.suite or cfg.suites, args.pattern, rerun=args.rerun,
                                    progress=views.Progress(quiet=args.quiet, every=cfg.progress_every),

@@ -41,7 +41,10 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.store import Store
 
+    from modelci.report import files
+
     chain = bisect_plan(args, args.target)  # refuses --bisect-on-alarm with --no-alarms, or without a git target
+    files.prepare({"--json": args.json_path, "--markdown": args.markdown_path})  # before the check, not after it
     store = Store.from_config(cfg)
     outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
                            direction=args.direction, store=store,

@@ -5,10 +5,10 @@ Each subcommand calls one function of `modelci.envs` and prints what it returns.
 
 from __future__ import annotations
 
+import functools
 import json
-from pathlib import Path
 
-from modelci.commands import EXIT_OK, EXIT_REGRESSION
+from modelci.commands import EXIT_OK, EXIT_REGRESSION, count, days
 
 
 def add_parser(sub) -> None:
@@ -51,8 +51,8 @@ def add_parser(sub) -> None:
 
     gc = env.add_parser("gc", help="remove cached environments")
     how = gc.add_mutually_exclusive_group(required=True)
-    how.add_argument("--keep", type=int, metavar="N", help="keep the N most recently used environments")
-    how.add_argument("--older-than", type=float, metavar="DAYS", help="remove environments unused for DAYS days")
+    how.add_argument("--keep", type=count, metavar="N", help="keep the N most recently used environments")
+    how.add_argument("--older-than", type=days, metavar="DAYS", help="remove environments unused for DAYS days")
 
 
 def main(args, cfg) -> int:
@@ -66,7 +66,8 @@ def _lock(args, cfg) -> int:
     from modelci.envs import lockfile, refs
     from modelci.report.console import console
 
-    record = refs.resolve(args.ref, _store(cfg), cfg.cache_dir)
+    _outputs({"--output": args.output})
+    record = refs.resolve(args.ref, lambda: _store(cfg), cfg.cache_dir)
     lock = record.to_lock()
     if record.run:
         lock.target = refs.lock_target(record.run)
@@ -86,7 +87,7 @@ def _check(args, cfg) -> int:
     from modelci.report.console import console
 
     locks = [lockfile.read(path) for path in args.lock]
-    report = check(cfg.env, cfg.root, _store(cfg), locks=locks, files=args.files,
+    report = check(cfg.env, cfg.root, _store(cfg, create=True), locks=locks, files=args.files,
                    pip_constraints=IndexConfig.from_pip().constraints, platform_tag=sysconfig.get_platform())
     out = console()
     for line in report.checked:
@@ -106,11 +107,14 @@ def _constraints(args, cfg) -> int:
     from modelci.envs import constraints, refs
     from modelci.report.console import console
 
-    record = refs.resolve(args.source, _store(cfg), cfg.cache_dir)
+    from modelci.report import files
+
+    _outputs({"--output": args.output})
+    record = refs.resolve(args.source, lambda: _store(cfg), cfg.cache_dir)
     lock = record.to_lock()
     text = constraints.derive(lock, args.level, args.only_direct, source=record.label)
     if args.output:
-        Path(args.output).write_text(text)
+        files.write_text(args.output, text)
         console().print(f"wrote {len(text.splitlines()) - 1} constraints -> {args.output}")
     else:
         print(text, end="")
@@ -123,7 +127,8 @@ def _diff(args, cfg) -> int:
     from modelci.envs import diff, refs
     from modelci.report.console import console, render_env_diff
 
-    store = _store(cfg)
+    _outputs({"--json": args.json_path})
+    store = functools.cache(lambda: _store(cfg))
     a, b = (refs.resolve(ref, store, cfg.cache_dir) for ref in (args.a, args.b))
     result = diff.diff(a.id, a.lock, a.fingerprint, b.id, b.lock, b.fingerprint)
     targets = {r.run["target_name"] for r in (a, b) if r.run}
@@ -143,6 +148,7 @@ def _consistency(args, cfg) -> int:
     from modelci.envs.consistency import consistency
     from modelci.report.console import console
 
+    _outputs({"--json": args.json_path})
     result = consistency(_store(cfg), args.target)
     out = console()
     runners = sorted(result.runners)
@@ -194,11 +200,21 @@ def _gc(args, cfg) -> int:
     return EXIT_OK
 
 
-def _store(cfg):
+def _store(cfg, create: bool = False):
+    """The history; the commands that read runs from it refuse one that does not exist yet (see Store)."""
     from modelci.store import Store
 
-    return Store.from_config(cfg)
+    return Store.from_config(cfg, create=create)
+
+
+def _outputs(paths: dict[str, str | None]) -> None:
+    """Refuse, before any work, an output file that cannot be written (a folder, a missing folder)."""
+    from modelci.report import files
+
+    files.prepare(paths, remove=False)
 
 
 def _write_json(path: str, data: dict) -> None:
-    Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n")
+    from modelci.report import files
+
+    files.write_text(path, json.dumps(data, indent=2, default=str) + "\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK
+from modelci.commands import EXIT_OK, count, port
 
 
 def add_parser(sub) -> None:
@@ -10,10 +10,10 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("serve", help="serve the dashboard over HTTP; it refreshes after new runs")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--port", type=port, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--out", metavar="DIR",
                         help="keep the site in DIR (default: a temporary folder, removed on exit)")
-    parser.add_argument("--overlay", type=int, default=10, metavar="N", help="loss curves overlaid per workload")
+    parser.add_argument("--overlay", type=count, default=10, metavar="N", help="loss curves overlaid per workload")
     parser.add_argument("--verbose", action="store_true", help="log every request")
 
 
@@ -30,7 +30,8 @@ def main(args, cfg) -> int:
     httpd = dashboard.make_server(Store.from_config(cfg), args.host, args.port, args.out, log=say,
                                   verbose=args.verbose, overlay=args.overlay)
     if not dashboard.is_loopback(args.host):
-        say(f"warning: serving on {args.host}: anyone who can reach this machine can read the history")
+        where = args.host if args.host.strip() else "every interface (an empty --host)"
+        say(f"warning: serving on {where}: anyone who can reach this machine can read the history")
     say(f"serving the dashboard at {httpd.url} (Ctrl-C stops)")
 
     def stop(_signum, _frame):

@@ -52,7 +52,9 @@ def check(settings: dict[str, Any], root: Path, store: Any, *, locks: list[Lock]
     consumed = {str(Path(p).resolve()) for p in [*configured, *overrides.values(), *pip_constraints]}
     strays = [str(Path(f).resolve()) for f in files] if files else cons.stray_files(root, consumed)
     for path in strays:
-        if path not in consumed:
+        if not Path(path).is_file():
+            report.problems.append(f"{path} does not exist; name a constraints file that does")
+        elif path not in consumed:
             report.problems.append(f"{path} is not consumed: no environment reads it. Add it to [env] constraints "
                                    "(or [env] platform_overrides) in the config, or delete it")
     checked_locks = list(locks) or _locks_in_use(store, settings, report)

@@ -50,9 +50,15 @@ def export(record: EnvRecord, out: str | Path, root: Path, settings: dict[str, A
         raise UserError(f"run {run['id']} used the `current` interpreter, not an isolated environment: its lock "
                         "lists the harness's own packages and cannot be rebuilt. Export a run of a target")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; export into a new or empty folder")
     if out.exists() and any(out.iterdir()):
         raise UserError(f"{out} is not empty; export into a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot make the folder ({exc.strerror or exc}); export into a folder you "
+                        "can write") from None
     bundle = Bundle(out)
     lock = record.to_lock()
     lock.target = lock_target(run)

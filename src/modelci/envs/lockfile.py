@@ -126,8 +126,10 @@ def minor(version: str) -> str:
 
 
 def write(path: str | Path, lock: Lock) -> None:
-    """Write a lock file."""
-    Path(path).write_text(lock.render())
+    """Write a lock file, whole (an older lock there is replaced only once the new one is written)."""
+    from modelci.report import files
+
+    files.write_text(path, lock.render())
 
 
 def read(path: str | Path) -> Lock:

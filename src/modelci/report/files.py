@@ -16,9 +16,10 @@ from pathlib import Path
 from modelci.errors import UserError
 
 
-def prepare(paths: dict[str, str | None]) -> None:
+def prepare(paths: dict[str, str | None], remove: bool = True) -> None:
     """Check that each report path (option name -> path, None when not asked for) can be written, and remove what
-    a previous run left there; a UserError names the option, the path and the reason."""
+    a previous run left there; a UserError names the option, the path and the reason. Without `remove` the file
+    there stays until the new one replaces it whole (an output that is not a run's report: a lock, a diff)."""
     for option, path in paths.items():
         if not path:
             continue
@@ -38,8 +39,10 @@ def prepare(paths: dict[str, str | None]) -> None:
             except OSError as exc:
                 problem = f"its folder cannot be written ({exc.strerror or exc})"
         if problem:
-            raise UserError(f"{option} {path}: cannot write the report there, {problem}; give a path in a folder "
+            raise UserError(f"{option} {path}: cannot write the file there, {problem}; give a path in a folder "
                             "you can write")
+        if not remove:
+            continue
         try:
             target.unlink(missing_ok=True)
         except OSError as exc:

@@ -98,6 +98,19 @@ def compare_report(outcome: Any) -> dict[str, Any]:
             "alarms": alarm_entries(outcome.alarms), "environment_diff": env_diff}
 
 
+def calibration_report(outcome: Any) -> dict[str, Any]:
+    """The JSON report of `calibrate`: the noise it measured per workload and metric, and the runs it stored."""
+    import dataclasses
+
+    target = outcome.target
+    return {"schema": SCHEMA, "kind": "calibration", "failed": bool(outcome.failures),
+            "target": {"spec": target.spec, "kind": target.kind, "name": target.name, "version": target.version,
+                       "commit": target.commit, "label": target.label},
+            "runner": outcome.runner, "environment": outcome.environment.id, "run_ids": list(outcome.run_ids),
+            "noise": [dataclasses.asdict(entry) for entry in outcome.entries],
+            "failures": [{"workload": r.workload, "status": r.status, "reason": r.reason} for r in outcome.failures]}
+
+
 def write(path: str | Path, report: dict[str, Any]) -> None:
     """Write a report as JSON."""
     from modelci.report import files

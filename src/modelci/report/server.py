@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -101,16 +102,25 @@ def is_loopback(host: str) -> bool:
 
 def make_server(store: Any, host: str = "127.0.0.1", port: int = 8000, out: str | Path | None = None,
                 log: Callable[[str], object] = print, verbose: bool = False, **options: Any) -> DashboardServer:
-    """Build the site once and bind the server (port 0 picks a free one); a taken port is a UserError."""
+    """Bind the server (port 0 picks a free one), then build the site once; a taken port or a host that is no
+    address here is a UserError, said before the site is built (a large history takes a while)."""
     plotly_js()  # a missing plotly is said before a temporary folder is made
     folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="modelci-site-"))
     site = LiveSite(store, folder, log=log, **options)
-    site.refresh()
     try:
-        return DashboardServer((host, port), site, verbose=verbose)
+        server = DashboardServer((host, port), site, verbose=verbose)
+    except socket.gaierror as exc:
+        raise UserError(f"cannot listen on {host!r}: it is no address of this machine ({exc.strerror}); give "
+                        "--host 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
     except OSError as exc:
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port (0 takes a free one)"
-                        ) from None
+                        " or --host") from None
+    try:
+        site.refresh()
+    except BaseException:
+        server.server_close()
+        raise
+    return server
 
 
 def serve_forever(server: DashboardServer, cleanup: bool) -> None:

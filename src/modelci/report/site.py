@@ -151,7 +151,14 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
     """
     started, cpu = time.perf_counter(), time.process_time()
     plotly = plotly_js()  # before anything is written: without it there is no site to write
+    if not str(out).strip():
+        raise UserError("--out is empty; pass the folder to write the site into")
     out = Path(out)
+    if (out / "index.html").exists() and not (out / MANIFEST).exists():
+        # a page of the user's own, not a site an earlier report wrote (which leaves its manifest): not ours to
+        # replace
+        raise UserError(f"{out} holds an index.html that no modelci report wrote; pass a new or empty folder, or "
+                        "the folder of an earlier report")
     try:
         for folder in (out, out / "assets", out / "w", out / "runs"):
             folder.mkdir(parents=True, exist_ok=True)

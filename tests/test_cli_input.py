@@ -1,0 +1,240 @@
+"""Bad input through the real CLI entry point: each gets a usage error (exit 2) that names what is wrong and what
+to do, before any work, and leaves what is recorded as it was; never a traceback.
+
+Every case here was a traceback, a silent wrong answer, or work done before the refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from alarm_history import History, timed
+
+from modelci import cli
+from modelci.alarms import lifecycle
+
+HUGE = "99999999999999999999999"
+
+
+def write_lock(path: Path) -> None:
+    """A lock file of numpy 2.1.3, as `modelci env lock` writes one."""
+    from modelci.envs import lockfile
+
+    lockfile.write(path, lockfile.Lock.of("numpy==2.1.3\n", {"python": "3.11"}, environment="e1", source="test"))
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """An empty project folder, the CLI pointed at its own history there (not created yet)."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("MODELCI_DB", "MODELCI_ARTIFACTS", "MODELCI_RUNNER", "MODELCI_SEED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MODELCI_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.fixture
+def alarmed(tmp_path, monkeypatch):
+    """A history with one open alarm (fw 1.1 30% slower than 1.0), the CLI pointed at it."""
+    history = History(tmp_path / "p")
+    history.run("1.0", [timed("s/Slow", 0.10)])
+    history.run("1.1", [timed("s/Slow", 0.13, seed=1)])
+    monkeypatch.chdir(history.root)
+    monkeypatch.setenv("MODELCI_CACHE_DIR", str(tmp_path / "cache"))
+    return history
+
+
+def usage_error(argv: list[str], capsys) -> str:
+    """Run the CLI, expect exit 2, return what it said (stdout and stderr)."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    said = capsys.readouterr()
+    assert code == 2, said
+    text = said.out + said.err
+    assert "Traceback" not in text
+    return text
+
+
+@pytest.mark.parametrize("argv", [["history"], ["show"], ["alarms", "list"], ["report", "--out", "site"],
+                                  ["db", "current"], ["env", "lock", "-o", "l.txt", "latest"]])
+def test_a_command_that_reads_the_history_refuses_a_mistyped_path_and_creates_nothing(project, capsys, argv):
+    # it used to create the folders and an empty history, and answer "no alarms" (exit 0): green in CI
+    said = usage_error(["--db", str(project / "typo" / "history.db"), *argv], capsys)
+    assert f"there is no history database {project / 'typo' / 'history.db'}" in said
+    assert "`modelci run` creates it" in said
+    assert not (project / "typo").exists()
+
+
+def test_a_command_that_reads_the_history_adds_no_tables_to_another_database(project, capsys):
+    other = project / "other_app.db"
+    with sqlite3.connect(other) as db:
+        db.execute("create table orders (id integer primary key)")
+    said = usage_error(["--db", str(other), "history"], capsys)
+    assert "holds no modelci history" in said
+    with sqlite3.connect(other) as db:
+        tables = [row[0] for row in db.execute("select name from sqlite_master where type = 'table'")]
+    assert tables == ["orders"]
+
+
+def test_ids_beyond_what_the_database_holds_are_no_run_and_no_alarm(alarmed, capsys):
+    assert "no run '99999999999999999999999'" in usage_error(["show", HUGE], capsys)
+    assert "no run '99999999999999999999999'" in usage_error(["env", "diff", HUGE, "1"], capsys)
+    for argv in (["alarms", "show", HUGE], ["alarms", "ack", HUGE], ["alarms", "resolve", "0"]):
+        assert "give an id, a whole number from 1" in usage_error(argv, capsys)
+
+
+def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
+    (alarm,) = lifecycle.list_alarms(alarmed.store)
+    assert cli.main(["alarms", "ack", str(alarm.id), str(alarm.id), "--by", "me"]) == 0
+    events = [e["event"] for e in lifecycle.get_alarm(alarmed.store, alarm.id).events]
+    assert events.count("acknowledged") == 1
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["serve", "--port", "99999"], "give a port from 0 to 65535"),
+    (["serve", "--port", "-1"], "give a port from 0 to 65535"),
+    (["report", "--out", "site", "--recent", "-5"], "give a whole number of 0 or more"),
+    (["env", "gc", "--older-than", "nan"], "not a number of days of 0 or more"),
+    (["run", "--target", "current", "-k", "A", "-k", "B"], "-k given twice"),
+])
+def test_options_out_of_range_are_refused_by_name(project, capsys, argv, says):
+    assert says in usage_error(argv, capsys)
+
+
+@pytest.mark.parametrize("a, b", [("", "current"), ("current", ""), ("current", "numpy===")])
+def test_compare_refuses_a_bad_target_on_either_side_before_it_runs_the_other(project, capsys, a, b):
+    said = usage_error(["--db", str(project / "h.db"), "compare", a, b, "--suite", "zoo:numpy"], capsys)
+    assert "the target is empty" in said or "is not a requirement" in said
+    assert not (project / "h.db").exists()  # nothing ran: a run would have made the history
+
+
+def test_calibrate_refuses_an_empty_target(project, capsys):
+    assert "the target is empty" in usage_error(["calibrate", "--target", " ", "--suite", "zoo:numpy"], capsys)
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["env", "lock", "-o", "{folder}", "l.lock"], "--output"),
+    (["env", "constraints", "--from", "l.lock", "-o", "{folder}"], "--output"),
+    (["env", "diff", "l.lock", "l.lock", "--json", "{folder}"], "--json"),
+    (["env", "lock", "-o", "{missing}/l.txt", "l.lock"], "--output"),
+    (["bisect", "--versions", "1,2", "--suite", "zoo:numpy", "--json", "{folder}"], "--json"),
+    (["compat", "--target", "current", "--suite", "zoo:numpy", "--markdown", "{folder}"], "--markdown"),
+])
+def test_an_output_file_that_cannot_be_written_is_refused_before_the_work(project, capsys, argv, option):
+    (project / "folder").mkdir()
+    write_lock(project / "l.lock")
+    argv = [a.format(folder=project / "folder", missing=project / "missing") for a in argv]
+    said = usage_error(argv, capsys)
+    assert f"{option} " in said and "cannot write the file there" in said
+    assert not (project / ".modelci").exists()  # refused before the history was opened
+
+
+def test_a_lock_written_over_an_older_one_replaces_it_whole(project, capsys):
+    write_lock(project / "l.lock")
+    (project / "out.lock").write_text("older\n")
+    assert cli.main(["env", "lock", "-o", "out.lock", "l.lock"]) == 0
+    assert "numpy==2.1.3" in (project / "out.lock").read_text()
+
+
+def test_env_export_into_a_file_says_so(alarmed, capsys):
+    (alarmed.root / "afile").write_text("mine\n")
+    said = usage_error(["env", "export", "--out", "afile", "1"], capsys)
+    assert "--out afile is a file; export into a new or empty folder" in said
+    assert (alarmed.root / "afile").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("name, content, says", [
+    ("modelci.toml", b"seed = 1\n\xff\xfe\x00junk\n", "not UTF-8 text"),
+    ("pyproject.toml", b"tool = 5\n", "'tool' must be a table"),
+    ("pyproject.toml", b"[tool]\nmodelci = 5\n", "'tool.modelci' must be a table"),
+    ("modelci.toml", b"seed = 99999999999999999999\n", "must be 4294967295 or less"),
+    ("modelci.toml", b'runner = ""\n', "must be a non-blank label"),
+    ("modelci.toml", b'runner = "a\\nb"\n', "must be a non-blank label"),
+    ("modelci.toml", b"[checks]\nalpha = 5\n", "'alpha' is a significance level"),
+    ("modelci.toml", b"[checks]\ntiming_factor = nan\n", "must be a finite number"),
+    ("modelci.toml", b"[checks]\ntiming_factor = 0.5\n", "must be 1 or more"),
+    ("modelci.toml", b"[checks]\nrtol = -1\n", "'rtol' must not be negative"),
+])
+def test_a_bad_config_file_is_named_with_what_is_wrong(project, capsys, name, content, says):
+    (project / name).write_bytes(content)
+    assert says in usage_error(["config"], capsys)
+
+
+def test_a_seed_beyond_what_python_accepts_is_refused_from_the_environment_too(project, capsys, monkeypatch):
+    monkeypatch.setenv("MODELCI_SEED", str(2**32))
+    assert "MODELCI_SEED must be 4294967295 or less" in usage_error(["config"], capsys)
+
+
+def test_a_config_file_with_a_byte_order_mark_is_read(project):
+    from modelci import config
+
+    (project / "modelci.toml").write_bytes(b"\xef\xbb\xbfseed = 3\n")
+    assert config.load(cwd=project, environ={}).seed == 3
+
+
+def test_calibrate_writes_its_json_report(tmp_path, monkeypatch, capsys):
+    assert cli.main(["init", "--dir", str(tmp_path / "p")]) == 0
+    monkeypatch.chdir(tmp_path / "p")
+    monkeypatch.setenv("MODELCI_CACHE_DIR", str(tmp_path / "cache"))
+    code = cli.main(["calibrate", "--target", "current", "--runs", "2", "--json", "noise.json"])
+    assert code == 0, capsys.readouterr()
+    report = json.loads(Path("noise.json").read_text())
+    assert report["kind"] == "calibration" and report["target"]["spec"] == "current"
+    assert len(report["run_ids"]) == 2 and not report["failures"]
+    timing = [e for e in report["noise"] if e["metric"] == "time.infer"]
+    assert timing and timing[0]["runs"] == 2 and timing[0]["cv"] is not None
+
+
+def test_init_of_a_new_project_does_not_read_the_current_folders_broken_config(project, capsys):
+    (project / "modelci.toml").write_text("this is = not [toml\n")
+    assert cli.main(["init", "--dir", "fresh"]) == 0
+    assert (project / "fresh" / "modelci.toml").is_file()
+
+
+def test_a_suite_that_is_a_file_or_empty_and_a_config_that_is_a_folder_say_so(project, capsys):
+    (project / "workload.py").write_text("")
+    said = usage_error(["run", "--target", "current", "--suite", "workload.py"], capsys)
+    assert "suite 'workload.py' is a file; a suite is the folder that holds workload files" in said
+    assert "an empty --suite" in usage_error(["run", "--target", "current", "--suite", ""], capsys)
+    assert "is a folder; pass the modelci.toml" in usage_error(["--config", str(project), "config"], capsys)
+    assert not (project / ".modelci").exists()  # the current folder was not run as a suite
+
+
+def test_serve_on_a_host_that_is_no_address_here_says_so_before_building_the_site(alarmed, capsys):
+    said = usage_error(["serve", "--host", "nonexistent.invalid", "--port", "0", "--out", "site"], capsys)
+    assert "it is no address of this machine" in said
+    assert not (alarmed.root / "site" / "index.html").exists()
+
+
+def test_env_check_of_a_constraints_file_that_does_not_exist_says_so(project, capsys):
+    assert cli.main(["env", "check", "nosuch.txt"]) == 1
+    assert f"{project / 'nosuch.txt'} does not exist" in capsys.readouterr().out
+
+
+def test_compat_refuses_a_bad_from_before_it_builds_an_environment(project, capsys):
+    said = usage_error(["compat", "--target", "numpy==2.1.3", "--from", "numpy===", "--suite", "zoo:numpy"], capsys)
+    assert "--from 'numpy===' is neither a version" in said
+    assert not (project / "cache" / "envs").exists()
+
+
+def test_report_does_not_replace_a_page_it_did_not_write(alarmed, capsys):
+    mine = alarmed.root / "www"
+    mine.mkdir()
+    (mine / "index.html").write_text("<p>my page</p>")
+    assert "holds an index.html that no modelci report wrote" in usage_error(["report", "--out", "www"], capsys)
+    assert (mine / "index.html").read_text() == "<p>my page</p>"
+    assert "--out is empty" in usage_error(["report", "--out", ""], capsys)
+    # a site it wrote itself is written again in place
+    assert cli.main(["report", "--out", "site"]) == 0
+    assert cli.main(["report", "--out", "site"]) == 0
+
+
+def test_a_target_with_an_environment_marker_is_refused(project, capsys):
+    said = usage_error(["run", "--target", 'numpy==1.0; os_name == "x"', "--suite", "zoo:numpy"], capsys)
+    assert "has an environment marker" in said
+    assert not (project / ".modelci").exists()
