@@ -246,7 +246,11 @@ def test_a_helper_that_fails_to_import_is_an_error_naming_its_file_and_line(proj
     reason = outcome.results[0].reason
     # the workload file's line that imports the helper, then where the helper failed
     assert reason == f"{folder}/models.py, line 3: " + message.format(folder=folder), reason
-    assert f"_common.py\", line {line}" in outcome.results[0].traceback
+    traceback = outcome.results[0].traceback
+    assert f"_common.py\", line {line}" in traceback
+    # the user's frames only: modelci's child and importlib above them say nothing about their code
+    assert "child.py" not in traceback and "importlib" not in traceback and "<frozen" not in traceback
+    assert traceback.rstrip().splitlines()[-1].startswith(message.split(":")[0] + ":")  # ends in the exception
     assert workflow.failed(outcome)
 
 

@@ -203,6 +203,25 @@ def helper_location(exc: BaseException, path: Path) -> tuple[Path, int | None] |
     return path.parent / Path(frames[-1].filename).name, frames[-1].lineno  # named as `path` is
 
 
+def suite_traceback(exc: BaseException, path: Path) -> str:
+    """The traceback of a failed import of `path`, from the first frame in its suite folder on: the frames of
+    modelci's child and of importlib above it say nothing about the user's code (a SyntaxError has none of its
+    own: its message shows the file, the line and the caret)."""
+    folder = path.parent.resolve()
+    frames = traceback.extract_tb(exc.__traceback__)
+
+    def in_suite(frame: traceback.FrameSummary) -> bool:
+        if frame.filename.startswith("<"):
+            return False
+        file = Path(frame.filename).resolve()
+        return file.parent == folder or folder in file.parents
+
+    start = next((i for i, frame in enumerate(frames) if in_suite(frame)), len(frames))
+    head = ["Traceback (most recent call last):\n", *traceback.format_list(frames[start:])] if start < len(frames) \
+        else []
+    return "".join(head + traceback.format_exception_only(type(exc), exc))
+
+
 def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dict[str, Any]:
     """The discovery record of one workload class."""
     return {
@@ -245,7 +264,7 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
                         "file": str(path),
                         "line": line,
                         "message": message,
-                        "traceback": traceback.format_exc(),
+                        "traceback": suite_traceback(exc, path),
                         "code_hash": digest,
                     }
                 )
