@@ -135,7 +135,8 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
            good: str | None = None, bad: str | None = None, versions: list[str] | None = None,
            check: str | None = None, first_parent: bool = False, build: str | None = None, jobs: int = 1,
            log: Callable[[str], object] = print, command: str = "", from_spec: str | None = None,
-           improvement: bool = False, pool: Any = None, into_spec: str | None = None) -> BisectResult:
+           improvement: bool = False, pool: Any = None, into_spec: str | None = None,
+           store: Any = None) -> BisectResult:
     """Find the first bad commit of `repo` between `good` and `bad` (or the first bad release of `versions`,
     oldest first) for one workload, following `check` or, without it, whichever check fails between the ends.
 
@@ -154,7 +155,8 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
 
     Probes run in warm workers kept across probes (`workflow.WorkerPool`; `pool` lends one that outlives the
     bisect, as `run --bisect-on-alarm` does with its own run's), and their environments are built without
-    bytecode compilation.
+    bytecode compilation. `store` is an open history to store the probes in (the caller's, when it bisects
+    several alarms: each would otherwise pay the schema check and the statements' compilation again).
 
     Raises BisectRefused when the good end is not good or the bad end is not bad, UserError for bad input.
     """
@@ -173,7 +175,8 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     from modelci.store import Store
 
     own = workflow.WorkerPool(config) if pool is None else None
-    opened: list[Store] = []  # the one history every probe runs on (`_bisect` opens it once the input is checked)
+    # the one history every probe runs on (`_bisect` opens it once the input is checked, unless given one)
+    opened: list[Store] = [store] if store is not None else []
     try:
         result = _bisect(config, suite_specs, pattern, repo=repo, good=good, bad=bad, versions=versions, check=check,
                          first_parent=first_parent, build=build, jobs=jobs, log=log, command=command,
@@ -203,9 +206,12 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
 
     # opened once, before parallel probes could race to create the history; every probe runs on it, so none pays
     # the schema check or the compilation of the store's statements again
-    store = Store.from_config(config)
-    if opened is not None:
-        opened.append(store)
+    if opened:
+        store = opened[0]
+    else:
+        store = Store.from_config(config)
+        if opened is not None:
+            opened.append(store)
     prober = _Prober(config, suite_specs, pattern, space, jobs, command, pool, store)
     if check == compat_probe.CHECK:
         prober.compat = compat_probe.CompatProber(config, suite_specs, pattern, from_spec, space.spec(space.good), log,

@@ -116,7 +116,8 @@ def bisect_alarms(config: Any, store: Any, outcome: Any, suite_specs: list[str],
         try:
             item.result = bisect(config, suite_specs, item.workload, repo=repo, good=good, bad=bad,
                                  check=item.check, first_parent=first_parent, build=build, jobs=jobs, log=log,
-                                 command=command, from_spec=item.from_spec, into_spec=item.into_spec, pool=pool)
+                                 command=command, from_spec=item.from_spec, into_spec=item.into_spec, pool=pool,
+                                 store=store)
         except BisectRefused as exc:
             item.error = f"bisect refused: {exc}"
         except UserError as exc:
