@@ -238,3 +238,13 @@ def test_a_target_with_an_environment_marker_is_refused(project, capsys):
     said = usage_error(["run", "--target", 'numpy==1.0; os_name == "x"', "--suite", "zoo:numpy"], capsys)
     assert "has an environment marker" in said
     assert not (project / ".modelci").exists()
+
+
+def test_a_suite_folder_without_workload_files_is_refused_before_the_run(project, capsys):
+    (project / "empty").mkdir()
+    (project / "helpers").mkdir()
+    (project / "helpers" / "_common.py").write_text("X = 1\n")
+    for folder in ("empty", "helpers"):
+        said = usage_error(["run", "--target", "current", "--suite", folder], capsys)
+        assert f"suite folder {folder!r} holds no workload files" in said
+    assert not (project / ".modelci").exists()  # nothing stored, no alarm opened

@@ -50,6 +50,12 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
                                 f"{str(Path(spec).parent) or '.'!r}) or zoo:NAME")
             if not folder.is_dir():
                 raise UserError(f"suite folder {spec!r} does not exist; pass a folder of workload files or zoo:NAME")
+            from modelci.workload.child import suite_files
+
+            if not suite_files(folder):
+                # a wrong folder, not a build that broke: said now, rather than stored as an error that alarms
+                raise UserError(f"suite folder {spec!r} holds no workload files (*.py not starting with _); pass "
+                                "the folder of your workload files or zoo:NAME")
             name = folder.name
         if name in suites and suites[name] != folder:
             raise UserError(f"two suites are both named {name!r} ({suites[name]} and {folder}); rename one folder")
