@@ -580,7 +580,7 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
     nothing of (`unsaved_entries`), shown beside the models that were checked.
     """
     consumer = target_dict(target)
-    scratch = Path(tempfile.mkdtemp(prefix="compat-", dir=steps.scratch_root(config)))
+    scratch = Path(tempfile.mkdtemp(prefix="compat-", dir=local.scratch_root(config.cache_dir)))
     try:
         entries = [CompatEntry(workload="(unreadable manifest)", format="", producer={"label": "?"},
                                consumer=consumer, direction=direction, outcome="unreadable", error=p["error"])

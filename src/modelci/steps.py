@@ -217,8 +217,3 @@ def open_store(config: Config) -> Store:
     return store
 
 
-def scratch_root(config: Config) -> Path:
-    """The folder that holds the scratch folders of runs and compat checks (in the cache folder)."""
-    root = Path(config.cache_dir) / "scratch"
-    root.mkdir(parents=True, exist_ok=True)
-    return root

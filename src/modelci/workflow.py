@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from modelci import builds, cancel, checks, envs, execute, steps, targets
 from modelci.config import Config
 from modelci.errors import UserError
-from modelci.execute import forked
+from modelci.execute import forked, local
 from modelci.execute.base import Executor
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
@@ -126,7 +126,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     except builds.BuildError as exc:  # a commit that does not build gives error results, not a stopped run
         return failed_build(config, shared or steps.open_store(config), target, exc, suites, suite_specs, pattern,
                             command, alarms=alarms)
-    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=steps.scratch_root(config)))
+    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=local.scratch_root(config.cache_dir)))
     executor = _executor(config, env, target, scratch, pool)
     try:
         # the worker imports the framework while this process opens the store and imports the later steps
@@ -312,7 +312,7 @@ class WorkerPool:
     """
 
     def __init__(self, config: Config):
-        self.root = Path(tempfile.mkdtemp(prefix="pool-", dir=steps.scratch_root(config)))
+        self.root = Path(tempfile.mkdtemp(prefix="pool-", dir=local.scratch_root(config.cache_dir)))
         self._idle: dict[tuple, list[forked.Executor]] = {}
         self._busy: dict[int, tuple] = {}
         self._all: list[forked.Executor] = []

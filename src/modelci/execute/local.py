@@ -256,6 +256,14 @@ def run_workload(
     return child_outcome(workload, out, code, seconds, timeout)
 
 
+def scratch_root(cache_dir: str | Path) -> Path:
+    """The folder that holds the scratch folders of runs, compat checks and Ray agents: `scratch` in the cache
+    folder (on the driver, or on a Ray node in that node's cache)."""
+    root = Path(cache_dir).expanduser() / "scratch"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def scratch_prefix(name: str) -> str:
     """The start of a workload's scratch folder name: its name, cut short, with nothing that is not a letter,
     digit, `_`, `.` or `-` (discovery refuses such names; a folder name must never leave the scratch area)."""

@@ -128,7 +128,7 @@ class NodeAgent:
         self.suites = {name: self._suite(name, entry) for name, entry in payload["suites"].items()}
         self.folders = {name: entry.get("folder", "") for name, entry in payload["suites"].items()}
         self.env = self._environment(payload, settings, node)
-        self.home = Path(tempfile.mkdtemp(prefix="ray-agent-", dir=self._scratch_root()))
+        self.home = Path(tempfile.mkdtemp(prefix="ray-agent-", dir=local.scratch_root(self.cache)))
         # the worker's parent-death signal follows the thread that starts it (workload/lifeline.py): one thread
         # that lives as long as the agent starts it, whichever of Ray's threads runs a task
         self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelci-agent")
@@ -137,11 +137,6 @@ class NodeAgent:
                                         start_timeout=settings["start_timeout"], paths=self.env.paths,
                                         home=self.home)
         self.executor.launcher = lambda make: self._launcher.submit(make).result()
-
-    def _scratch_root(self) -> Path:
-        root = self.cache / "scratch"
-        root.mkdir(parents=True, exist_ok=True)
-        return root
 
     def _suite(self, name: str, entry: dict[str, Any]) -> Path:
         """This node's copy of a suite: a built-in one from this node's modelci, else the driver's files."""
@@ -152,7 +147,7 @@ class NodeAgent:
             return folder
         folder = self.cache / "ray-suites" / entry["digest"] / name
         if not folder.is_dir():
-            staging = Path(tempfile.mkdtemp(prefix="suite-", dir=self._scratch_root()))
+            staging = Path(tempfile.mkdtemp(prefix="suite-", dir=local.scratch_root(self.cache)))
             for relative, data in entry["files"].items():
                 path = staging / relative
                 path.parent.mkdir(parents=True, exist_ok=True)
