@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -359,7 +360,7 @@ def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> l
         for path in suite_files(folder):
             data = path.read_bytes()
             try:
-                tree = ast.parse(data)
+                tree = parse_source(data)
             except SyntaxError:
                 continue
             workloads = {"Workload", *helper_bases}
@@ -378,12 +379,26 @@ def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> l
     return found
 
 
+#: CPython 3.11 (up to 3.11.7 at least) keeps the AST converter's recursion depth in state shared by threads, so
+#: two threads parsing at once can fail with "SystemError: AST constructor recursion depth mismatch": bisect's
+#: parallel probes read their suites' sources together and one failed so. One parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(source: bytes) -> Any:
+    """`ast.parse(source)`, one thread at a time (see _PARSE_LOCK)."""
+    import ast
+
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def _workload_bases(path: Path) -> set[str]:
     """Names of the classes a helper file derives from Workload, read from its source."""
     import ast
 
     try:
-        tree = ast.parse(path.read_bytes())
+        tree = parse_source(path.read_bytes())
     except (SyntaxError, ValueError):
         return set()
     found = {"Workload"}
@@ -433,7 +448,7 @@ def declared_needs(suites: dict[str, Path], pattern: str | None = None, provided
         files = []
         for path in [*helper_files(folder), *suite_files(folder)]:
             try:
-                tree = ast.parse(path.read_bytes())
+                tree = parse_source(path.read_bytes())
             except (SyntaxError, ValueError, OSError):
                 continue
             for node in tree.body:
