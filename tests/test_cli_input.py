@@ -85,7 +85,7 @@ def test_ids_beyond_what_the_database_holds_are_no_run_and_no_alarm(alarmed, cap
     assert "no run '99999999999999999999999'" in usage_error(["show", HUGE], capsys)
     assert "no run '99999999999999999999999'" in usage_error(["env", "diff", HUGE, "1"], capsys)
     for argv in (["alarms", "show", HUGE], ["alarms", "ack", HUGE], ["alarms", "resolve", "0"]):
-        assert "give an id, a whole number from 1" in usage_error(argv, capsys)
+        assert "give an alarm id, a whole number from 1" in usage_error(argv, capsys)
 
 
 def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):

@@ -47,7 +47,7 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
                 raise UserError("an empty --suite; pass a folder of workload files or zoo:NAME")
             if folder.is_file():
                 raise UserError(f"suite {spec!r} is a file; a suite is the folder that holds workload files (pass "
-                                f"{str(Path(spec).parent) or '.'!r}) or zoo:NAME")
+                                f"{str(Path(spec).parent)!r}) or zoo:NAME")
             if not folder.is_dir():
                 raise UserError(f"suite folder {spec!r} does not exist; pass a folder of workload files or zoo:NAME")
             from modelci.workload.child import suite_files

@@ -36,9 +36,9 @@ def count(text: str) -> int:
 
 
 def record_id(text: str) -> int:
-    """An alarm or run id: a whole number from 1 (the database's ids are 64-bit)."""
-    return _integer(text, 1, "an id, a whole number from 1 (`modelci alarms list --all` and `modelci history` "
-                             "list them)", 2**63 - 1)
+    """An alarm id: a whole number from 1 (the database's ids are 64-bit)."""
+    return _integer(text, 1, "an alarm id, a whole number from 1 (`modelci alarms list --all` lists them)",
+                    2**63 - 1)
 
 
 def port(text: str) -> int:

@@ -22,13 +22,17 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def target_section(target: Any) -> dict[str, Any]:
+    """The `target` object of a report: its spec, kind, name, version, commit, wheel digest and label."""
+    return {"spec": target.spec, "kind": target.kind, "name": target.name, "version": target.version,
+            "commit": target.commit, "wheel_sha256": target.wheel_sha256, "label": target.label}
+
+
 def run_section(outcome: Any) -> dict[str, Any]:
     """The `run` object: id, target, runner, environment."""
-    target = outcome.target
     return {
         "id": outcome.run_id,
-        "target": {"spec": target.spec, "kind": target.kind, "name": target.name, "version": target.version,
-                   "commit": target.commit, "wheel_sha256": target.wheel_sha256, "label": target.label},
+        "target": target_section(outcome.target),
         "runner": outcome.runner,
         "environment": outcome.environment.id,
         "reused_results": outcome.reused,
@@ -102,10 +106,8 @@ def calibration_report(outcome: Any) -> dict[str, Any]:
     """The JSON report of `calibrate`: the noise it measured per workload and metric, and the runs it stored."""
     import dataclasses
 
-    target = outcome.target
     return {"schema": SCHEMA, "kind": "calibration", "failed": bool(outcome.failures),
-            "target": {"spec": target.spec, "kind": target.kind, "name": target.name, "version": target.version,
-                       "commit": target.commit, "label": target.label},
+            "target": target_section(outcome.target),
             "runner": outcome.runner, "environment": outcome.environment.id, "run_ids": list(outcome.run_ids),
             "noise": [dataclasses.asdict(entry) for entry in outcome.entries],
             "failures": [{"workload": r.workload, "status": r.status, "reason": r.reason} for r in outcome.failures]}
