@@ -192,6 +192,13 @@ ONLINE = {"history": "up", "history-both": "both"}
 Job = tuple[str, np.random.SeedSequence, float | None, dict[str, float | int], tuple[str, ...], float]
 
 
+def bound_start() -> int:
+    """The first point the bound tests: it needs MIN_POINTS_FOR_ESTIMATE points before a full tail. (The history
+    check starts at MIN_POINTS_ONLINE with its short-history test, so comparisons of false alarms between the two
+    count the points from here on only: detection_noise_cost.py.)"""
+    return history.MIN_POINTS_FOR_ESTIMATE + history.MAX_TAIL
+
+
 def bound_alarms(values: np.ndarray, kind: str, stop: int, penalty: float) -> list[tuple[int, bool]]:
     """(point, slower?) of each alarm of the best one-sided tail test, up to point ``stop``: the noise sd and phi
     are the true ones, there are no outliers to clean, and the whole window before the tail is the baseline.
@@ -204,7 +211,7 @@ def bound_alarms(values: np.ndarray, kind: str, stop: int, penalty: float) -> li
     noise = history.Noise(math.sqrt(CV**2 + 0.287 * WITHIN_RUN_CV**2), 0.5 if kind == "ar1" else 0.0)
     alarms: list[tuple[int, bool]] = []
     last_index = -1
-    for t in range(history.MIN_POINTS_FOR_ESTIMATE + history.MAX_TAIL, stop):
+    for t in range(bound_start(), stop):
         recent = values[max(0, t + 1 - WINDOW): t + 1]
         for k in range(history.MAX_TAIL, 2, -1):
             z = float(history._shift_z(recent, np.array([k]), noise)[0])
@@ -465,12 +472,12 @@ def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int]
     return kind, row
 
 
-def online_alarms(values: np.ndarray) -> list[tuple[int, int]]:
+def online_alarms(values: np.ndarray, noise_cv: float | None = None) -> list[tuple[int, int]]:
     """(point, change index) of each alarm ``detect_latest`` raises both ways after each point of a series, an
     alarm about the index of the one before it counted once (alarms persist until resolved)."""
     alarms: list[tuple[int, int]] = []
     for t in range(len(values)):
-        change = history.detect_latest(values[: t + 1], window=WINDOW, worse="both")
+        change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, window=WINDOW, worse="both")
         if change is not None and (not alarms or change.index != alarms[-1][1]):
             alarms.append((t, change.index))
     return alarms
@@ -505,20 +512,29 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
     if not online:
         return text
     rng = np.random.default_rng([seed, 1])
-    online_found = online_flat = online_ar1 = 0
+    # the series are around 100 with noise of sd 1: noise_cv 0.01 is what `calibrate` would measure
+    online = {"estimated": [0, 0, 0], "calibrated": [0, 0, 0]}  # found, flat alarms, AR(1) alarms
     for _ in range(series):
         values, at = _short_step(rng)
         flat, autocorrelated = 100 + rng.standard_normal(26), 100 + _noise("ar1", 26, rng)
-        online_found += any(at <= t <= at + FOUND_WITHIN and abs(index - at) <= LOCATED_WITHIN
-                            for t, index in online_alarms(values))
-        online_flat += len(online_alarms(flat))
-        online_ar1 += len(online_alarms(autocorrelated))
+        for name, noise_cv in (("estimated", None), ("calibrated", 0.01)):
+            tally = online[name]
+            tally[0] += any(at <= t <= at + FOUND_WITHIN and abs(index - at) <= LOCATED_WITHIN
+                            for t, index in online_alarms(values, noise_cv))
+            tally[1] += len(online_alarms(flat, noise_cv))
+            tally[2] += len(online_alarms(autocorrelated, noise_cv))
+
+    def figures(tally: list[int]) -> str:
+        found, flat, ar1 = tally
+        return (f"the step found within {FOUND_WITHIN} points of it, at its index ±{LOCATED_WITHIN}, in "
+                f"{100 * found / series:.0f}%; alarms per series over the first 26 points of flat series "
+                f"{flat / series:.3f} ({1000 * flat / (series * 26):.2f} per 1,000 points), of AR(1) series "
+                f"(φ = 0.5) {ar1 / series:.3f} ({1000 * ar1 / (series * 26):.2f})")
+
     return text + (f" Online (`detect_latest` both ways after each point, from {history.MIN_POINTS_ONLINE} "
-                   f"points; {series} series): the step found within {FOUND_WITHIN} points of it, at its index "
-                   f"±{LOCATED_WITHIN}, in {100 * online_found / series:.0f}%; alarms per series over the first 26 "
-                   f"points of flat series {online_flat / series:.3f} ({1000 * online_flat / (series * 26):.2f} per "
-                   f"1,000 points), of AR(1) series (φ = 0.5) {online_ar1 / series:.3f} "
-                   f"({1000 * online_ar1 / (series * 26):.2f}).")
+                   f"points; {series} series), the noise estimated: {figures(online['estimated'])}. With the noise "
+                   f"calibrated (`noise_cv` 0.01, the sd of 1 at a level of 100; φ unknown): "
+                   f"{figures(online['calibrated'])}.")
 
 
 def run_real(series: int, workers: int, constants: dict[str, float | int], seed: int, online: bool = True) -> str:

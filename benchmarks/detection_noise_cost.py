@@ -9,8 +9,11 @@ small difference in false alarms is a large one in power, so this measures both 
 series of detection.py (its AR(1) kind, its seed):
 
 - the bound at penalties 8 to 13, which gives its power as a function of its false alarms, and from that the
-  bound "at the same false alarms" as each history row: its power at the lowest penalty whose false alarms are
-  no more than that row's (the most the known noise allows without alarming more often);
+  bound "at the same false alarms" as each history row: on the straight line between the two penalties about
+  the row's false alarms (what a test that takes one or the other at random achieves). Both are counted from
+  the first point the bound tests (``detection.bound_start``, 26): the history check's short-history test
+  runs from 8 points, where the bound cannot, and its false alarms there would otherwise be set against a bound
+  that raised none;
 - the history check with the noise estimated (as in production without calibration), with the sd given as
   ``calibrate`` measures it (``noise_cv``, as the alarm step passes it; phi still estimated), with the true sd
   and phi estimated, with the true phi and the sd estimated, and with both true. The known values are the
@@ -31,6 +34,7 @@ import platform
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,15 +70,16 @@ def _know(known: tuple[str, ...]) -> None:
         history._noise_for = noise_for
 
 
-def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[int], list[bool]]:
-    """Series ``i`` of ``series`` of detection.py's AR(1) kind, seeded as a run of that many there: the alarms on
-    its A/A series and whether its 5% step was found, for the history check (``mode``) or, with mode "bound", for
-    each bound penalty. (The 10% step series that detection.py draws after them are not needed.)"""
+def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[list[int]], int, list[list[int]]]:
+    """Series ``i`` of ``series`` of detection.py's AR(1) kind, seeded as a run of that many there: the points of
+    the "slower" alarms on its A/A series, where its 5% step is, and the points of the alarms on that series up to
+    5 points after the step, for the history check (``mode``) or, with mode "bound", for each bound penalty (one
+    list per penalty). (The 10% step series that detection.py draws after them are not needed.)"""
     i, series, seed, mode = job
     seeds = np.random.SeedSequence(seed).spawn(len(detection.NOISE_KINDS) * series)
     rng = np.random.default_rng(seeds[detection.NOISE_KINDS.index(KIND) * series + i])
-    aa_alarms: list[int] = []
-    found: list[bool] = []
+    points: dict[float, list[list[int]]] = {}
+    at = detection.POINTS
     for step in (0.0, STEP):
         at = int(rng.integers(detection.EDGE, detection.POINTS - detection.EDGE)) if step else detection.POINTS
         _, values = detection.make_series(KIND, step, at, rng)
@@ -84,12 +89,8 @@ def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[int], list[boo
         else:
             noise_cv = CALIBRATED_CV if mode == "calibrated" else None
             runs = [detection.history_alarms(values[:stop], noise_cv, "up")]
-        for alarms in runs:
-            if step:
-                found.append(any(slower and at <= t <= at + detection.FOUND_WITHIN for t, slower in alarms))
-            else:
-                aa_alarms.append(sum(slower for _, slower in alarms))
-    return mode, aa_alarms, found
+        points[step] = [[t for t, slower in alarms if slower] for alarms in runs]
+    return mode, points[0.0], at, points[STEP]
 
 
 def _init(mode: str, constants: dict[str, float | int]) -> None:
@@ -99,14 +100,55 @@ def _init(mode: str, constants: dict[str, float | int]) -> None:
         _know(KNOWN[mode])
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One check's figures, one entry per bound penalty or one: false alarms per 1,000 A/A points over all the
+    points the check looked at and over those the bound looks at too (from ``detection.bound_start``), and the
+    5% steps found within 5 points by an alarm from there on."""
+
+    alarms_all: np.ndarray
+    alarms: np.ndarray
+    found: np.ndarray
+
+
 def measure(mode: str, series: int, seed: int, workers: int, constants: dict[str, float | int] | None = None
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """(false alarms per 1,000 A/A points, fraction of 5% steps found), one entry per bound penalty or one."""
+            ) -> Measured:
+    """What the check (or the bound at each penalty) does on ``series`` A/A and step series.
+
+    Both are counted on the same points: the bound starts at ``detection.bound_start()`` (it needs 20 points
+    before a full tail), while the history check runs from 8 points with its short-history test. Counting the
+    check's false alarms on those first points too would set it against the bound at fewer false alarms than it
+    raises where the bound looks, and its steps found there would be ones the bound never had a chance at.
+    """
     with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(mode, constants or {})) as pool:
         results = list(pool.map(one_series, [(i, series, seed, mode) for i in range(series)], chunksize=4))
-    alarms = np.sum([r[1] for r in results], axis=0)
-    found = np.mean([r[2] for r in results], axis=0)
-    return 1000 * alarms / (series * detection.POINTS), found
+    return tally(results)
+
+
+def tally(results: list[tuple[str, list[list[int]], int, list[list[int]]]]) -> Measured:
+    """Measured from one_series' results: the false alarms and the steps found from detection.bound_start() on."""
+    series = len(results)
+    first = detection.bound_start()
+    aa = [r[1] for r in results]
+    alarms_all = np.sum([[len(run) for run in runs] for runs in aa], axis=0)
+    alarms = np.sum([[sum(t >= first for t in run) for run in runs] for runs in aa], axis=0)
+    found = np.mean([[any(t >= first and at <= t <= at + detection.FOUND_WITHIN for t in run) for run in runs]
+                     for _, _, at, runs in results], axis=0)
+    return Measured(1000 * alarms_all / (series * detection.POINTS),
+                    1000 * alarms / (series * (detection.POINTS - first)), found)
+
+
+def bound_at(bound: Measured, alarms: float) -> float | None:
+    """The fraction of steps the bound finds at ``alarms`` false alarms per 1,000 points: between two penalties,
+    on the straight line between them, which a test that takes one penalty or the other at random in the right
+    proportion achieves (so it is a bound as well). None when the row has fewer false alarms than the bound at
+    its highest penalty; the bound's most when it has more than the bound at its lowest."""
+    levels = np.unique(bound.alarms)
+    if alarms < levels[0]:
+        return None
+    # the most found at each level of false alarms, and at most that many (a test allowed more may alarm less)
+    found = np.maximum.accumulate([bound.found[bound.alarms == level].max() for level in levels])
+    return float(np.interp(alarms, levels, found))
 
 
 def ceiling(penalty: float) -> float:
@@ -154,23 +196,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--series {series}: give 1 or more")
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    bound_alarms, bound_found = measure("bound", series, args.seed, args.workers)
-    lines = ["| check | false alarms / 1,000 pts, A/A | 5% steps found ≤5 pts | the bound at the same false alarms "
-             "| fraction of the bound |", "|---|---:|---:|---:|---:|"]
+    bound = measure("bound", series, args.seed, args.workers)
+    first = detection.bound_start()
+    lines = [f"| check | false alarms / 1,000 pts, A/A: all points (from point {first}) | 5% steps found ≤5 pts "
+             "| the bound at the same false alarms | fraction of the bound |", "|---|---:|---:|---:|---:|"]
     for mode in modes:
-        alarms, found = measure(mode, series, args.seed, args.workers, constants)
-        allowed = np.flatnonzero(bound_alarms <= alarms[0])
+        row = measure(mode, series, args.seed, args.workers, constants)
         name = f"noise_cv={CALIBRATED_CV:g} given (calibrated), phi estimated" if mode == "calibrated" \
             else f"noise {mode}"
-        if len(allowed) and bound_found[allowed[0]] > 0:
-            bound = float(bound_found[allowed[0]])
-            against = f"{100 * bound:.0f}% | {100 * found[0] / bound:.0f}%"
-        else:  # fewer false alarms than the bound has at its highest penalty, or a bound that finds nothing
-            against = "– | –"
-        lines.append(f"| history, {name} | {alarms[0]:.2f} | {100 * found[0]:.0f}% | {against} |")
+        best = bound_at(bound, float(row.alarms[0]))
+        against = "– | –" if best is None or best == 0 else f"{100 * best:.0f}% | {100 * row.found[0] / best:.0f}%"
+        lines.append(f"| history, {name} | {row.alarms_all[0]:.2f} ({row.alarms[0]:.2f}) | "
+                     f"{100 * row.found[0]:.0f}% | {against} |")
     lines += ["", "The bound (true sd and phi, no spikes to clean) at each penalty:", "",
-              "| penalty | false alarms / 1,000 pts, A/A | 5% steps found ≤5 pts |", "|---:|---:|---:|"]
-    lines += [f"| {p:g} | {a:.2f} | {100 * f:.0f}% |" for p, a, f in zip(BOUND_PENALTIES, bound_alarms, bound_found)]
+              f"| penalty | false alarms / 1,000 pts from point {first}, A/A | 5% steps found ≤5 pts |", "|---:|---:|---:|"]
+    lines += [f"| {p:g} | {a:.2f} | {100 * f:.0f}% |" for p, a, f in zip(BOUND_PENALTIES, bound.alarms, bound.found)]
     lines += ["", "The ceiling of a test that estimates the sd (see ``ceiling``): one look at 6 points finds "
               + ", ".join(f"{100 * ceiling(p):.0f}% at penalty {p:g}" for p in (10.0, 10.5, 11.0))
               + " of what the same look finds with the sd known."]
@@ -180,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{time.perf_counter() - started:.0f} s. `{command.strip()}` ({series} A/A and {series} 5% step series "
             f"of {detection.POINTS} points under AR(1) noise, seed {args.seed}; true sd {TRUE_SD:.4f}, phi "
             f"{TRUE_PHI:.3f}; " + "".join(f"{k} {v:g}; " for k, v in constants.items())
-            + "the bound at the same false alarms: at the lowest penalty below whose false alarms are no more than "
-            "the row's).\n\n" + "\n".join(lines))
+            + "the bound at the same false alarms, from point " + str(detection.bound_start())
+            + ": between the two penalties about them, on the line from one to the other).\n\n" + "\n".join(lines))
     print(text)
     if not args.quick and not constants and modes == tuple(KNOWN):
         detection.write_doc(text, "figures-noise-cost")

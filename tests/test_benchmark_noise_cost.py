@@ -1,0 +1,46 @@
+"""The noise-cost benchmark compares the history check with the known-noise bound: its accounting must be fair."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import detection  # noqa: E402
+import detection_noise_cost as cost  # noqa: E402
+
+
+def test_false_alarms_and_steps_count_only_where_the_bound_looks():
+    first = detection.bound_start()
+    assert first == 26
+    # series 1: an A/A alarm at point 10 (only the history check's short test runs there) and one at 40; its
+    # step at 22 found at 24, before the bound could look; series 2: its step at 100 found at 103
+    results = [("history", [[10, 40]], 22, [[24]]), ("history", [[]], 100, [[99, 103]])]
+    measured = cost.tally(results)
+    assert measured.alarms_all[0] == pytest.approx(1000 * 2 / (2 * detection.POINTS))
+    assert measured.alarms[0] == pytest.approx(1000 * 1 / (2 * (detection.POINTS - first)))
+    assert measured.found[0] == pytest.approx(0.5)
+
+
+def test_a_step_alarm_later_than_five_points_is_not_found():
+    measured = cost.tally([("history", [[]], 50, [[56]])])
+    assert measured.found[0] == 0.0
+
+
+def test_the_bound_is_interpolated_between_penalties():
+    bound = cost.Measured(np.array([2.0, 1.0, 0.5]), np.array([2.0, 1.0, 0.5]), np.array([0.5, 0.4, 0.3]))
+    assert cost.bound_at(bound, 0.75) == pytest.approx(0.35)
+    assert cost.bound_at(bound, 1.0) == pytest.approx(0.4)
+    assert cost.bound_at(bound, 3.0) == pytest.approx(0.5)  # more false alarms than the lowest penalty has
+    assert cost.bound_at(bound, 0.4) is None  # fewer than the highest penalty has: no bound to compare with
+
+
+def test_the_bound_takes_the_most_found_at_a_level_of_false_alarms():
+    # two penalties with the same false alarms, and one with more alarms finding less (noise in the counts)
+    bound = cost.Measured(np.array([1.5, 1.0, 1.0]), np.array([1.5, 1.0, 1.0]), np.array([0.3, 0.35, 0.4]))
+    assert cost.bound_at(bound, 1.0) == pytest.approx(0.4)
+    assert cost.bound_at(bound, 1.5) == pytest.approx(0.4)
