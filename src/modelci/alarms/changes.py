@@ -2,8 +2,8 @@
 
 Targets are put in order of release version (packaging.version), and of commit date among builds of one version
 (git targets). A point is the median over the target's runs of the metric's median (the final value for a
-curve). The detector is `modelci.checks.history` (ruptures PELT, penalty from the noise): its noise is the
-policy's calibrated `noise_cv` when set, else estimated from the series.
+curve). The detector is `modelci.checks.history` (flat and straight segments, thresholds from the noise): its
+noise is the policy's calibrated `noise_cv` when set, else estimated from the series.
 """
 
 from __future__ import annotations
