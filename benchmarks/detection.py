@@ -499,7 +499,8 @@ def _short_step(rng: np.random.Generator) -> tuple[np.ndarray, int]:
 def short_steps(series: int, seed: int, online: bool = True) -> str:
     """A 3-sigma step in a 20-point series (at points 5-15, either way) and flat 20-point series, offline (on
     SHORT_OFFLINE_SERIES series); online (on ``series``), the same step found within 5 points, and the alarms on
-    flat and AR(1) series of 26 points (the short-history test runs until 20 points precede the tail)."""
+    flat and AR(1) series of 26 points (the short-history test runs until 20 points precede the tail), with the
+    noise estimated and with it calibrated."""
     rng = np.random.default_rng(seed)
     found = false = 0
     for _ in range(SHORT_OFFLINE_SERIES):
@@ -513,12 +514,12 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
         return text
     rng = np.random.default_rng([seed, 1])
     # the series are around 100 with noise of sd 1: noise_cv 0.01 is what `calibrate` would measure
-    online = {"estimated": [0, 0, 0], "calibrated": [0, 0, 0]}  # found, flat alarms, AR(1) alarms
+    tallies = {"estimated": [0, 0, 0], "calibrated": [0, 0, 0]}  # found, flat alarms, AR(1) alarms
     for _ in range(series):
         values, at = _short_step(rng)
         flat, autocorrelated = 100 + rng.standard_normal(26), 100 + _noise("ar1", 26, rng)
         for name, noise_cv in (("estimated", None), ("calibrated", 0.01)):
-            tally = online[name]
+            tally = tallies[name]
             tally[0] += any(at <= t <= at + FOUND_WITHIN and abs(index - at) <= LOCATED_WITHIN
                             for t, index in online_alarms(values, noise_cv))
             tally[1] += len(online_alarms(flat, noise_cv))
@@ -532,9 +533,9 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
                 f"(φ = 0.5) {ar1 / series:.3f} ({1000 * ar1 / (series * 26):.2f})")
 
     return text + (f" Online (`detect_latest` both ways after each point, from {history.MIN_POINTS_ONLINE} "
-                   f"points; {series} series), the noise estimated: {figures(online['estimated'])}. With the noise "
+                   f"points; {series} series), the noise estimated: {figures(tallies['estimated'])}. With the noise "
                    f"calibrated (`noise_cv` 0.01, the sd of 1 at a level of 100; φ unknown): "
-                   f"{figures(online['calibrated'])}.")
+                   f"{figures(tallies['calibrated'])}.")
 
 
 def run_real(series: int, workers: int, constants: dict[str, float | int], seed: int, online: bool = True) -> str:
