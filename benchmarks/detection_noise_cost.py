@@ -79,7 +79,6 @@ def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[list[int]], in
     seeds = np.random.SeedSequence(seed).spawn(len(detection.NOISE_KINDS) * series)
     rng = np.random.default_rng(seeds[detection.NOISE_KINDS.index(KIND) * series + i])
     points: dict[float, list[list[int]]] = {}
-    at = detection.POINTS
     for step in (0.0, STEP):
         at = int(rng.integers(detection.EDGE, detection.POINTS - detection.EDGE)) if step else detection.POINTS
         _, values = detection.make_series(KIND, step, at, rng)

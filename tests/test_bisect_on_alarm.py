@@ -39,12 +39,21 @@ def run(project, ref, *extra):
                      "pythonpath", "--suite", project["suite"], "-k", "Numeric", *extra])
 
 
-def test_an_alarm_opened_by_a_run_is_bisected_to_its_commit_and_the_culprit_is_notified(project, capsys):
+def test_an_alarm_opened_by_a_run_is_bisected_to_its_commit_and_the_culprit_is_notified(project, capsys,
+                                                                                         monkeypatch):
     shas, receiver = project["shas"], project["receiver"]
     assert run(project, shas[0]) == 0
     report = project["root"] / "run.json"
+    opened = []
+    from_config = Store.from_config.__func__
+    monkeypatch.setattr(Store, "from_config", classmethod(lambda cls, *a, **k: opened.append(1) or
+                                                          from_config(cls, *a, **k)))
     code = run(project, shas[5], "--bisect-on-alarm", "--good", shas[0], "--json", str(report))
     assert code == 1  # the run's own verdict: the precision regression
+    # the run opens the history once and its bisects once: each bisect and its probes store into that one, none
+    # pays the schema check and the statements' compilation again
+    assert len(opened) == 2
+    monkeypatch.undo()
 
     out = capsys.readouterr().out
     assert "bisected" in out and shas[3][:10] in out

@@ -379,7 +379,7 @@ def declared_workloads(suites: dict[str, Path], pattern: str | None = None) -> l
     return found
 
 
-#: CPython 3.11 (up to 3.11.7 at least) keeps the AST converter's recursion depth in state shared by threads, so
+#: CPython 3.11 (seen on 3.11.7) keeps the AST converter's recursion depth in state shared by threads, so
 #: two threads parsing at once can fail with "SystemError: AST constructor recursion depth mismatch": bisect's
 #: parallel probes read their suites' sources together and one failed so. One parse at a time.
 _PARSE_LOCK = threading.Lock()

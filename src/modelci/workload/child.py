@@ -214,7 +214,7 @@ def suite_traceback(exc: BaseException, path: Path) -> str:
         if frame.filename.startswith("<"):
             return False
         file = Path(frame.filename).resolve()
-        return file.parent == folder or folder in file.parents
+        return folder in file.parents
 
     start = next((i for i, frame in enumerate(frames) if in_suite(frame)), len(frames))
     head = ["Traceback (most recent call last):\n", *traceback.format_list(frames[start:])] if start < len(frames) \
