@@ -70,12 +70,18 @@ def test_a_command_that_reads_the_history_refuses_a_mistyped_path_and_creates_no
     assert not (project / "typo").exists()
 
 
-def test_a_command_that_reads_the_history_adds_no_tables_to_another_database(project, capsys):
+@pytest.mark.parametrize("argv", [["history"], ["db", "current"], ["db", "upgrade"],
+                                  ["run", "--target", "current", "--suite", "zoo:numpy"],
+                                  ["calibrate", "--target", "current", "--suite", "zoo:numpy"]])
+def test_no_command_adds_modelci_tables_to_another_applications_database(project, capsys, argv):
+    # the writing commands used to add modelci's tables to it beside the application's own (a mistyped --db)
     other = project / "other_app.db"
     with sqlite3.connect(other) as db:
         db.execute("create table orders (id integer primary key)")
-    said = usage_error(["--db", str(other), "history"], capsys)
+    said = usage_error(["--db", str(other), *argv], capsys)
     assert "holds no modelci history" in said
+    if argv[0] != "history":
+        assert "other tables (orders)" in said and "give a new or empty database" in said
     with sqlite3.connect(other) as db:
         tables = [row[0] for row in db.execute("select name from sqlite_master where type = 'table'")]
     assert tables == ["orders"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
+from modelci.errors import UserError
 from modelci.store import Store
 
 SUITE = '''\
@@ -224,6 +225,27 @@ def test_a_history_upgraded_by_a_newer_modelci_is_refused_with_what_to_do(histor
     assert code == 2 and "schema revision 9999, which a newer modelci made" in out and "pip install -U modelci" in out
     code, out = cli(tmp_path, history_db, "db", "current")
     assert code == 0 and "revision 9999, newer than this modelci's 0004" in out
+
+
+def test_another_applications_database_is_refused_and_left_as_it_was(history_db, tmp_path):
+    """A database with tables but no modelci history (a mistyped URL, a database shared with an application):
+    neither a run nor `db upgrade` adds modelci's tables beside the application's, on either backend."""
+    from modelci.store import database_url
+
+    engine = create_engine(database_url(history_db))
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT)"))  # a name modelci uses
+        connection.execute(text("INSERT INTO runs (id, what) VALUES (1, 'theirs')"))
+    with pytest.raises(UserError, match=r"holds no modelci history but other tables \(runs\)"):
+        Store(history_db, str(tmp_path / "a"))
+    code, out = cli(tmp_path, history_db, "db", "upgrade")
+    assert code == 2 and "other tables (runs)" in out and "give a new or empty database for the history" in out
+    code, out = cli(tmp_path, history_db)  # a reader
+    assert code == 2 and "holds no modelci history" in out
+    assert inspect(engine).get_table_names() == ["runs"]
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT id, what FROM runs")).all() == [(1, "theirs")]
+    engine.dispose()
 
 
 def test_db_current_and_upgrade_through_the_cli(tmp_path):

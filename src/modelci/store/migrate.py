@@ -52,6 +52,8 @@ class SchemaState:
     head: str
     pending: tuple[str, ...]
     known: bool
+    #: the tables of a database that holds no modelci history (another application's), by name
+    foreign: tuple[str, ...] = ()
 
     @property
     def current(self) -> bool:
@@ -96,7 +98,9 @@ def state(connection: Connection) -> SchemaState:
     if known:
         pending = tuple(s.revision for s in reversed(list(directory.walk_revisions("base", "heads")))
                         if revision is None or s.revision not in _ancestry(directory, revision))
-    return SchemaState(revision, "schema_info" in tables or revision is not None, head, pending, known)
+    has_history = "schema_info" in tables or revision is not None
+    foreign = () if has_history else tuple(sorted(tables))
+    return SchemaState(revision, has_history, head, pending, known, foreign)
 
 
 def _known(directory: ScriptDirectory, revision: str) -> bool:
@@ -149,6 +153,7 @@ def ensure(engine: Engine, url: str, readonly: bool, create: bool = True) -> Sch
     if not found.has_history and not create:
         raise UserError(f"{url} holds no modelci history (no schema_info table); give the database that "
                         "`modelci run` writes (db in modelci.toml, MODELCI_DB or --db)")
+    refuse_foreign(found, url)
     if readonly:
         if not found.has_history:
             raise UserError(f"{url} holds no modelci history (no schema_info table), and it is opened read-only, "
@@ -167,6 +172,7 @@ def upgrade(engine: Engine, url: str) -> SchemaState:
     with schema_lock(engine) as connection:
         found = state(connection)
         refuse_newer(found, url)
+        refuse_foreign(found, url)
         if found.pending:
             from alembic import command
 
@@ -179,3 +185,13 @@ def refuse_newer(found: SchemaState, url: str) -> None:
         raise UserError(f"the history {url} is at schema revision {found.revision}, which a newer modelci made; "
                         f"this modelci {modelci.__version__} knows revisions up to {found.head}. Upgrade modelci "
                         "on this machine (pip install -U modelci) to use this history")
+
+
+def refuse_foreign(found: SchemaState, url: str) -> None:
+    """Refuse to add modelci's tables to another application's database (a mistyped --db, a shared file): its
+    tables could clash with modelci's (runs, results), and it is not modelci's to change."""
+    if found.foreign:
+        shown = ", ".join(found.foreign[:5]) + (f" and {len(found.foreign) - 5} more" if len(found.foreign) > 5 else "")
+        raise UserError(f"{url} holds no modelci history but other tables ({shown}), so modelci adds none of its "
+                        "own to it; give a new or empty database for the history (a new SQLite file, or on "
+                        "PostgreSQL one made for it: CREATE DATABASE modelci)")
