@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from modelci import calibrate, checks, workflow
+from modelci.alarms import changes
+from modelci.alarms.changes import Series
 from modelci import config as config_module
 from modelci.checks import Policy
 from modelci.records import Metric, Result
@@ -21,8 +23,12 @@ def test_calibrate_stores_a_profile_that_the_next_run_uses(fake_project):
     assert by_metric["output:prediction"].spread_rtol == 0.0
     assert by_metric["loss"].bit_identical is True
     assert by_metric["time.infer"].kind == "timing" and by_metric["time.infer"].cv is not None
-    stored = calibrate.profile(Store(cfg.db, cfg.artifacts), cfg.runner, "fakesuite/Stable")
+    store = Store(cfg.db, cfg.artifacts)
+    stored = calibrate.profile(store, cfg.runner, "fakesuite/Stable")
     assert set(stored) == set(by_metric)
+    # the next run's checks get the CV with the 3 runs it came from (the history check pools it by them)
+    policy = workflow.policy_for(cfg, store, "fakesuite/Stable")("time.infer")
+    assert policy.noise_cv == by_metric["time.infer"].cv and policy.noise_cv_runs == 3
 
 
 def test_measure_reports_spread_and_cv():
@@ -47,6 +53,11 @@ def test_noise_floors_the_policy_and_stops_timing_from_gating():
     }
     policy = calibrate.with_noise(lambda metric: Policy(), noise)
     assert policy("time.infer").noise_cv == 0.12
+    # measured from 5 runs, and the history check is told so: it pools the CV with the series' own noise
+    assert policy("time.infer").noise_cv_runs == 5
+    series = Series("vm", "s/W", "time.infer", kind="samples", unit="s", labels=["a"], values=[0.1], target_ids=[1])
+    assert changes.detection_settings(series, policy("time.infer"))["noise_runs"] == 5
+    assert changes.detection_settings(series, Policy(noise_cv=0.12))["noise_runs"] is None  # set in config: exact
     assert policy("output:y").noise_rtol == 1e-3
     assert policy("loss").noise_rtol == 0.0
 

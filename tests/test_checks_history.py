@@ -326,7 +326,7 @@ def test_a_change_keeps_the_index_it_was_first_reported_at():
 
     values = noisy(70, seed=120)
     values[60:] *= 1.06
-    settings = history._Latest(None, None, 3, 6, 60, "up")
+    settings = history._Latest(None, None, None, 3, 6, 60, "up")
     # its best start moves from 61 to 60 with the next point ...
     assert history._tail_candidate(values[:64], settings).cut == 61
     assert history._tail_candidate(values[:65], settings).cut == 60
@@ -432,3 +432,66 @@ def test_a_drift_is_no_alarm_online_but_a_step_on_it_is(slope):
     # its levels are the trend's at the change and that plus the step, not the mean of the drift before it
     assert change.before_mean == pytest.approx(10 + slope * 90, abs=1.5)
     assert change.after_mean - change.before_mean == pytest.approx(5.0, abs=2.0)
+
+
+# -- a noise measured from a few runs (calibrate) is an estimate, not the truth ----------------------------------
+
+
+@pytest.mark.parametrize("points, low, exact_least, pooled_most", [(150, 0.6, 15, 3), (26, 0.45, 10, 1)])
+def test_a_calibration_from_a_few_runs_that_came_out_low_does_not_flood_the_alarms(points, low, exact_least,
+                                                                                   pooled_most):
+    # a CV from 5 runs is a sample sd with 4 degrees of freedom: 1 workload in 6 gets one a third low or more. Taken
+    # as exact, 0.6 of the true noise fires on AR(1) wander again and again (on the benchmark's series such
+    # workloads raised 27 alarms per 1,000 points); pooled with the series' own estimate (noise_runs), about as
+    # rarely as with the noise estimated. 10 and 20 histories, long ones and young ones (the short-history test,
+    # where the calibration joins the residuals of each fit: taking its sd with only a t's allowance for its 4
+    # degrees of freedom gave 3 alarms here, not 0)
+    seeds = range(10) if points > 26 else range(20)
+    given = {"noise_cv": low * 0.03}
+    exact = sum(len(online_alarms(ar1(points, seed=700 + s), worse="both", **given)) for s in seeds)
+    pooled = sum(len(online_alarms(ar1(points, seed=700 + s), worse="both", noise_runs=5, **given)) for s in seeds)
+    assert exact >= exact_least
+    assert pooled <= pooled_most
+
+
+def test_a_calibration_from_a_few_runs_still_helps_a_young_history_find_a_step():
+    # a 5-sd step after 10 points, seen in its last 6 of 16: the calibrated noise joins the residuals of the fit as
+    # 4 more degrees of freedom, so the step is found where the residuals alone (a t test on 13) miss it
+    found = {"estimated": 0, "5 runs": 0}
+    for seed in range(20):
+        values = noisy(16, seed=800 + seed, cv=0.01)
+        values[10:] += 0.05
+        found["estimated"] += detect_latest(values, worse="up") is not None
+        found["5 runs"] += detect_latest(values, worse="up", noise_cv=0.01, noise_runs=5) is not None
+    assert found["5 runs"] > found["estimated"]
+    change = detect_latest(values, worse="up", noise_cv=0.01, noise_runs=5)
+    assert change is not None and change.index == 10
+    assert "pooled with the sd measured from 5 runs" in change.rule
+
+
+def test_a_calibration_weighs_as_many_points_as_it_had_runs():
+    # a long history whose noise is twice the calibrated one: pooled, the sd is nearly the history's own (4
+    # degrees of freedom against 60 points); a calibration from 10,000 runs is the calibrated sd nearly exactly
+    values = ar1(80, seed=900, cv=0.02)
+    values[74:] *= 1.3
+    few = detect_latest(values, noise_cv=0.01, noise_runs=5)
+    many = detect_latest(values, noise_cv=0.01, noise_runs=10_000)
+    exact = detect_latest(values, noise_cv=0.01)
+    assert few is not None and many is not None and exact is not None
+    assert "sd measured from 5 runs pooled with the estimate from the 74 points" in few.rule
+    assert 0.015 < few.noise_sd < 0.03
+    assert many.noise_sd == pytest.approx(exact.noise_sd, rel=0.05)
+    assert exact.noise_sd == pytest.approx(0.01, rel=0.05)  # the CV times the median
+    # offline too: a calibrated sd a quarter of the truth cuts a flat series into pieces; pooled, it does not
+    for seed in range(11, 16):
+        flat = noisy(60, seed=seed, cv=0.02)
+        assert len(detect_changes(flat, noise_cv=0.005)) >= 2
+        assert detect_changes(flat, noise_cv=0.005, noise_runs=5) == []
+
+
+@pytest.mark.parametrize("runs", [0, 1, 2.5, "5"])
+def test_noise_runs_must_be_two_or_more_whole_runs(runs):
+    with pytest.raises(ValueError, match="noise_runs must be the whole number of runs"):
+        detect_latest(noisy(30, seed=1), noise_cv=0.03, noise_runs=runs)
+    with pytest.raises(ValueError, match="noise_runs must be the whole number of runs"):
+        detect_changes(noisy(30, seed=1), noise_cv=0.03, noise_runs=runs)

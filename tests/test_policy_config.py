@@ -70,6 +70,8 @@ active = true
     ('[[policy]]\nmetric = "loss"\n[[policy]]\nmetric = "loss"\ndirection = "up"\n',
      "[[policy]] entry 2: key 'direction' must be \"lower\" or \"higher\" (which is better), got 'up'"),
     ('[[policy]]\nmetric = "time.*"\nthreshold = -0.1\n', "key 'threshold' must not be negative"),
+    ('[[policy]]\nmetric = "time.*"\nnoise_cv = 0.02\nnoise_cv_runs = 1\n',
+     "key 'noise_cv_runs' is how many runs noise_cv was measured from, 2 or more"),
     ('[[policy]]\nmetric = "loss"\nthresold = 0.1\n', "[[policy]] entry 1: unknown key 'thresold'"),
     ('[[policy]]\nmetric = "loss"\nskip_head = 1.5\n', "key 'skip_head' must be int, got 1.5"),
     ('[[policy]]\nmetric = "mem.peak_rss"\nworkload = 3\n', "key 'workload' must be a workload id or glob"),

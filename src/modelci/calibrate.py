@@ -137,6 +137,7 @@ def with_noise(policy: Callable[[str], Any], noise: dict[str, NoiseEntry]) -> Ca
         changes: dict[str, Any] = {}
         if entry.kind in ("timing", "memory") and entry.cv is not None:
             changes["noise_cv"] = entry.cv
+            changes["noise_cv_runs"] = entry.runs
         if entry.spread_rtol is not None and np.isfinite(entry.spread_rtol):
             changes["noise_rtol"] = max(base.noise_rtol, SPREAD_SAFETY * entry.spread_rtol)
         return dataclasses.replace(base, **changes) if changes else base

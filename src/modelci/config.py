@@ -360,6 +360,9 @@ def _check_setting_range(key: str, value: float, where: str) -> None:
     if key == "alpha" and not 0 < value < 1:
         raise UserError(f"{where}: key 'alpha' is a significance level, between 0 and 1 (such as 0.05), "
                         f"got {value!r}")
+    if key == "noise_cv_runs" and value < 2:
+        raise UserError(f"{where}: key 'noise_cv_runs' is how many runs noise_cv was measured from, 2 or more "
+                        f"(leave it out when noise_cv is exact), got {value!r}")
     if key.endswith("_factor") and value < 1:
         raise UserError(f"{where}: key {key!r} must be 1 or more (1.10 flags 10% worse), got {value!r}")
     if value < 0:

@@ -128,12 +128,15 @@ def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] 
 
 
 def detection_settings(series: Series, policy: Policy) -> dict[str, Any]:
-    """The detector's arguments for a series: the calibrated noise when the policy has it, and the smallest
+    """The detector's arguments for a series: the calibrated noise when the policy has it (with the runs it was
+    measured from, so that the detector pools it with the series' own estimate), and the smallest
     relative change worth naming (the policy's threshold; curve_rtol for curves, whose values repeat exactly)."""
     minimum = policy.curve_rtol if series.kind == "curve" else 0.0
     if policy.threshold is not None:
         minimum = policy.threshold
-    return {"noise_cv": policy.noise_cv, "min_magnitude": minimum, "metric": series.metric, "unit": series.unit}
+    runs = policy.noise_cv_runs if policy.noise_cv is not None else None
+    return {"noise_cv": policy.noise_cv, "noise_runs": runs, "min_magnitude": minimum, "metric": series.metric,
+            "unit": series.unit}
 
 
 def worse(series: Series, change: history.ChangePoint, policy: Policy) -> bool:

@@ -213,6 +213,7 @@ def detect_changes(
     *,
     noise_sd: float | None = None,
     noise_cv: float | None = None,
+    noise_runs: int | None = None,
     min_size: int = 3,
     min_magnitude: float = 0.0,
     metric: str = "",
@@ -222,15 +223,18 @@ def detect_changes(
     """Find the change points of a whole series, oldest first, both ways.
 
     Each segment is flat or a straight trend. The noise is ``noise_sd``, else ``noise_cv`` times the series'
-    median magnitude, else estimated from the residuals within the segments (from MIN_POINTS_OFFLINE points on);
+    median magnitude, else estimated from the residuals within the segments (from MIN_POINTS_OFFLINE points on).
+    ``noise_runs``: the given noise was measured from this many runs (`modelci calibrate`), so it is a sample sd
+    with noise_runs - 1 degrees of freedom and is pooled with the series' own estimate; None: it is exact.
     ``metric`` and ``unit`` only dress the evidence line.
     """
     x = _as_series(values)
     labels = _as_labels(labels, len(x))
     n = len(x)
+    _check_runs(noise_runs)
     if n < max(2 * min_size, MIN_POINTS_OFFLINE):
         return []
-    noise, source = _trend_noise_for(x, noise_sd, noise_cv, min_size)
+    noise, source = _trend_noise_for(x, noise_sd, noise_cv, min_size, noise_runs)
     # segments here are long, so autocorrelated noise counts with its long-run variance
     variance = noise.sd**2 * noise.variance_factor()
     beta = max(2 * math.log(n) + PENALTY_OFFSET, MIN_PENALTY)
@@ -266,6 +270,7 @@ def detect_latest(
     *,
     noise_sd: float | None = None,
     noise_cv: float | None = None,
+    noise_runs: int | None = None,
     min_size: int = 3,
     min_magnitude: float = 0.0,
     metric: str = "",
@@ -282,15 +287,16 @@ def detect_latest(
     last ``window`` points are segmented, but the noise is estimated from the MIN_POINTS_FOR_ESTIMATE to
     NOISE_WINDOW points before the tail, so pass the history, not just the window. A shorter history (from
     MIN_POINTS_ONLINE points) is tested against a stricter threshold (SHORT_PENALTY). On a trend the levels of
-    the change are the trend's fitted value at it and that plus the shift.
+    the change are the trend's fitted value at it and that plus the shift. ``noise_runs``: as in detect_changes.
     """
+    _check_runs(noise_runs)
     if not min_size <= tail <= MAX_TAIL:
         raise ValueError(f"tail must be between min_size ({min_size}) and {MAX_TAIL}, not {tail}")
     if worse not in WORSE:
         raise ValueError(f"worse must be one of {', '.join(WORSE)}, not {worse!r}")
     x = _as_series(values)
     labels = _as_labels(labels, len(x))
-    settings = _Latest(noise_sd, noise_cv, min_size, tail, window, worse)
+    settings = _Latest(noise_sd, noise_cv, noise_runs, min_size, tail, window, worse)
     found = _tail_candidate(x, settings)
     if found is None:
         return None
@@ -333,6 +339,7 @@ class _Latest:
 
     noise_sd: float | None
     noise_cv: float | None
+    noise_runs: int | None
     min_size: int
     tail: int
     window: int
@@ -371,10 +378,15 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
         return None
     short = n_all - tail < MIN_POINTS_FOR_ESTIMATE
     given = settings.noise_sd is not None or settings.noise_cv is not None
+    # a given noise measured from a few runs is a sample sd (runs - 1 degrees of freedom), pooled with the
+    # series' own estimate: trusted as exact, one calibrated a third low (5 runs: 1 in 6) alarmed 27 times per
+    # 1,000 points on the benchmark's AR(1) series (docs/detection.md)
+    measured = given and settings.noise_runs is not None
     if short:
-        noise = _short_noise(x, settings.noise_sd, settings.noise_cv, min_size)
+        noise = _short_noise(x, settings.noise_sd, settings.noise_cv, min_size, settings.noise_runs)
     else:
-        noise = _noise_for(x[:-tail][-NOISE_WINDOW:], settings.noise_sd, settings.noise_cv, min_size, latest=True)
+        noise = _noise_for(x[:-tail][-NOISE_WINDOW:], settings.noise_sd, settings.noise_cv, min_size,
+                           settings.noise_runs)
     if noise.sd == 0.0:
         return None
     start = max(0, n_all - settings.window)
@@ -395,8 +407,12 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
     trend = (n - tail - begin >= TREND_MIN_POINTS
              and _TrendJudge(cleaned, variance, slope_penalty).fit(begin, n - tail)[1] == 2)
     # on a short history with no noise given, each shift is judged against the residuals of its own fit (a t
-    # test, turned into the normal z of the same p-value): the step is in the model, so it cannot inflate them
-    z, beta = _shift_fit(cleaned[begin:], tails, noise, trend, studentise=short and not given)
+    # test, turned into the normal z of the same p-value): the step is in the model, so it cannot inflate them.
+    # A noise measured from a few runs joins those residuals as a prior sample of the same noise
+    given_sd = _given_sd(x, settings.noise_sd, settings.noise_cv)
+    prior = (given_sd**2, settings.noise_runs - 1) if short and measured and given_sd is not None else None
+    z, beta = _shift_fit(cleaned[begin:], tails, noise, trend, studentise=short and (not given or measured),
+                         prior=prior)
     z = {"up": z, "down": -z, "both": np.abs(z)}[settings.worse]
     # a change seen in fewer points must be larger: the false alarms saved there pay for a lower threshold at
     # the full tail, where the small steps are found
@@ -422,29 +438,39 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
     before = level + slope * (m - best - (m - 1) / 2) / m
     way = {"up": "up", "down": "down", "both": "either way"}[settings.worse]
     against = "the trend of" if trend else "the"
+    before_tail = min(n_all - tail, NOISE_WINDOW)
     if short and not given:
         source = f"a short history: z from a t test on the residuals of this fit over {m} points"
+    elif short and measured:
+        source = (f"a short history: z from a t test on the residuals of this fit over {m} points pooled with the "
+                  f"sd measured from {settings.noise_runs} runs")
     elif short:
         source = "a short history: sd given, phi unknown"
+    elif measured:
+        source = (f"sd measured from {settings.noise_runs} runs pooled with the estimate from the {before_tail} "
+                  f"points before the tail, phi from them")
     else:
-        source = (f"sd {'given' if given else 'estimated'}, phi from the {min(n_all - tail, NOISE_WINDOW)} points "
-                  "before the tail")
-    sd = f"noise sd {noise.sd:.3g}, phi {noise.phi:.2f}; " if not (short and not given) else ""
+        source = f"sd {'given' if given else 'estimated'}, phi from the {before_tail} points before the tail"
+    sd = f"noise sd {noise.sd:.3g}, phi {noise.phi:.2f}; " if not (short and (not given or measured)) else ""
     rule = (f"the last {best} points shifted {way} by z={z[k]:.1f} against {against} {m - best} before them "
             f"(needs {math.sqrt(threshold[k]):.1f}; {sd}{source})")
     return _Candidate(start, start + begin, start + n - best, cleaned, noise, rule, slope / m, before, shift)
 
 
-def _short_noise(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int) -> Noise:
+def _short_noise(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int,
+                 noise_runs: int | None = None) -> Noise:
     """The noise of a history too short to estimate phi (0 here: SHORT_PENALTY pays for it): the sd given, or the
-    sd of the residuals of the whole history about its own flat and straight segments. The estimate only clips
-    spikes and sets the segmentation's penalty; the test itself uses the residuals of each shift's own fit."""
+    sd of the residuals of the whole history about its own flat and straight segments, or (``noise_runs``) the
+    two pooled. It only clips spikes and sets the segmentation's penalty (a given sd measured too low must not
+    clip the noise itself); the test uses the residuals of each shift's own fit, unless the sd is exact."""
     floor = 1e-9 * max(abs(float(np.median(x))), 1e-12)  # an exactly repeatable metric (bytes) has sd 0
-    if noise_sd is not None:
-        return Noise(max(float(noise_sd), floor), 0.0)
-    if noise_cv is not None:
-        return Noise(max(float(noise_cv) * abs(float(np.median(x))), floor), 0.0)
-    return Noise(max(estimate_trend_noise(x, min_size=min_size).sd, floor), 0.0)
+    given = _given_sd(x, noise_sd, noise_cv)
+    if given is not None and noise_runs is None:
+        return Noise(max(given, floor), 0.0)
+    sd = estimate_trend_noise(x, min_size=min_size).sd
+    if given is not None and noise_runs is not None:
+        sd, _ = _pooled(given, noise_runs, sd, len(x))
+    return Noise(max(sd, floor), 0.0)
 
 
 def _shift_z(segment: np.ndarray, tails: np.ndarray, noise: Noise) -> np.ndarray:
@@ -453,11 +479,12 @@ def _shift_z(segment: np.ndarray, tails: np.ndarray, noise: Noise) -> np.ndarray
 
 
 def _shift_fit(segment: np.ndarray, tails: np.ndarray, noise: Noise, trend: bool,
-               studentise: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               studentise: bool = False, prior: tuple[float, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The z of a shift of the last k points of ``segment``, for each k in ``tails``, and the fitted (level at the
     middle, slope per unit of scaled time, shift) of each: generalised least squares under AR(1) noise, on a flat
     level or (``trend``) on a straight one. ``studentise``: the sd is not the noise's but that of the residuals
-    of each fit, and the z is the normal one of the same p-value as the Student t this gives.
+    of each fit, and the z is the normal one of the same p-value as the Student t this gives; with ``prior``
+    (a variance and its degrees of freedom, measured elsewhere) the residuals are pooled with it.
 
     After the Prais-Winsten transform (each point less phi times the one before) the noise is white, and the
     first point after a step carries the whole step while each later one carries (1 - phi) of it: least squares
@@ -499,6 +526,9 @@ def _shift_fit(segment: np.ndarray, tails: np.ndarray, noise: Noise, trend: bool
 
         freedom = m - p - 1
         residual = np.maximum(float(y @ y) - np.einsum("ki,ki->k", beta, right), 0.0)
+        if prior is not None:
+            residual = residual + prior[1] * prior[0]
+            freedom += prior[1]
         sd = np.sqrt(residual / freedom)
         floor = 1e-9 * max(abs(float(np.median(segment))), 1e-12)
         t_values = beta[:, p] / (np.maximum(sd, floor) * np.sqrt(inverse[:, p, p]))
@@ -694,9 +724,10 @@ def _evidence(metric: str, unit: str, label: str, word: str, before: float, befo
 
 
 def _trend_noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None,
-                     min_size: int) -> tuple[Noise, str]:
+                     min_size: int, noise_runs: int | None = None) -> tuple[Noise, str]:
     """detect_changes' noise and where it came from: the calibrated one when given (phi still from the series once
-    it has MIN_POINTS_FOR_ESTIMATE points), else estimated from the residuals within segments, padded.
+    it has MIN_POINTS_FOR_ESTIMATE points), else estimated from the residuals within segments, padded; one
+    measured from ``noise_runs`` runs is pooled with that estimate and padded as it would be with its points.
 
     The floor keeps the penalty above the rounding of the fits on a noise-free series: a millionth of its range."""
     n = len(x)
@@ -708,14 +739,20 @@ def _trend_noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | No
         # clearly autocorrelated: pad phi against its own uncertainty, as the sd below; a phi that may be 0 is
         # left alone so that iid noise does not pay for it in power
         phi = min(phi + PHI_PADDING / math.sqrt(n), MAX_PHI)
-    if noise_sd is not None:
-        return Noise(max(float(noise_sd), floor), phi), "given"
-    if noise_cv is not None:
-        return Noise(max(float(noise_cv) * abs(float(np.median(x))), floor), phi), "given as a CV"
+    given = _given_sd(x, noise_sd, noise_cv)
+    if given is not None and noise_runs is None:
+        return Noise(max(given, floor), phi), "given" if noise_sd is not None else "given as a CV"
     # an estimated sd is itself uncertain, the more so on short or autocorrelated histories: pad it
-    effective_points = n * (1 - phi) / (1 + phi)
-    padding = 1 + (SHORT_SD_PADDING / math.sqrt(n) if n < MIN_POINTS_FOR_ESTIMATE else SD_PADDING / math.sqrt(effective_points))
-    return Noise(max(estimate.sd * padding, floor), phi), "estimated"
+    effective_points = n * (1 - phi) / (1 + phi) if n >= MIN_POINTS_FOR_ESTIMATE else float(n)
+    sd, source = estimate.sd, "estimated"
+    if given is not None and noise_runs is not None:
+        # the marginal sd of AR(1) noise from n points is worth n (1 - phi**2) / (1 + phi**2) independent ones
+        sd, _ = _pooled(given, noise_runs, sd, n * (1 - phi**2) / (1 + phi**2))
+        effective_points += noise_runs - 1
+        source = f"measured from {noise_runs} runs, pooled with the estimate"
+    padding = 1 + (SHORT_SD_PADDING / math.sqrt(effective_points) if n < MIN_POINTS_FOR_ESTIMATE
+                   else SD_PADDING / math.sqrt(effective_points))
+    return Noise(max(sd * padding, floor), phi), source
 
 
 def estimate_trend_noise(values: Sequence[float], *, min_size: int = 3) -> Noise:
@@ -805,36 +842,56 @@ def _compare(
     )
 
 
-def _noise_for(
-    x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int, latest: bool = False
-) -> Noise:
-    """The noise that sets the penalty: the calibrated one when given (phi still comes from the series).
-
-    ``latest``: for detect_latest's test, which whitens the tail with phi (see the padding constants).
-    """
+def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int,
+               noise_runs: int | None = None) -> Noise:
+    """detect_latest's noise from the points before the tail (at least MIN_POINTS_FOR_ESTIMATE): the given one
+    when exact (phi still comes from the series); else estimated, or the given one measured from ``noise_runs``
+    runs pooled with the estimate, padded against its own uncertainty (LATEST_SD_PADDING)."""
     if len(x) < 3:
         return Noise(0.0, 0.0)
     estimate = estimate_noise(x, min_size=min_size)
     phi = estimate.phi if len(x) >= MIN_POINTS_FOR_ESTIMATE else 0.0
-    if not latest and phi > 1 / math.sqrt(len(x)):
-        # clearly autocorrelated: pad phi against its own uncertainty, as the sd below; a phi that may be 0 is
-        # left alone so that iid noise does not pay for it in power
-        phi = min(phi + PHI_PADDING / math.sqrt(len(x)), MAX_PHI)
     floor = 1e-9 * max(abs(float(np.median(x))), 1e-12)  # an exactly repeatable metric (bytes) has sd 0
-    if noise_sd is not None:
-        return Noise(max(float(noise_sd), floor), phi)
-    if noise_cv is not None:
-        return Noise(max(float(noise_cv) * abs(float(np.median(x))), floor), phi)
+    given = _given_sd(x, noise_sd, noise_cv)
+    if given is not None and noise_runs is None:
+        return Noise(max(given, floor), phi)
     if len(x) < MIN_POINTS_FOR_ESTIMATE:
         return Noise(0.0, 0.0)  # too few points to know the noise: report nothing rather than guess
+    n = len(x)
+    sd, innovations, points = estimate.sd, estimate.innovation_sd, float(n)
+    if given is not None and noise_runs is not None:
+        # the marginal sd of AR(1) noise from n points is worth n (1 - phi**2) / (1 + phi**2) independent ones;
+        # its innovations about n
+        sd, _ = _pooled(given, noise_runs, sd, n * (1 - phi**2) / (1 + phi**2))
+        if innovations is not None:
+            innovations, _ = _pooled(given * math.sqrt(1 - phi**2), noise_runs, innovations, n)
+        points += noise_runs - 1
     # an estimated sd is itself uncertain, the more so on short or autocorrelated histories: pad it so that
     # those do not over-alarm (most AR(1) false alarms came from the first 50 points without it)
-    if latest:
-        padding = 1 + LATEST_SD_PADDING / len(x)
-        innovations = estimate.innovation_sd * padding if estimate.innovation_sd is not None else None
-        return Noise(max(estimate.sd * padding, floor), phi, innovations)
-    effective_points = len(x) * (1 - phi) / (1 + phi)
-    return Noise(max(estimate.sd * (1 + SD_PADDING / math.sqrt(effective_points)), floor), phi)
+    padding = 1 + LATEST_SD_PADDING / points
+    return Noise(max(sd * padding, floor), phi, innovations * padding if innovations is not None else None)
+
+
+def _given_sd(x: np.ndarray, noise_sd: float | None, noise_cv: float | None) -> float | None:
+    """The noise sd given: ``noise_sd``, or ``noise_cv`` times the series' median magnitude; None when neither."""
+    if noise_sd is not None:
+        return float(noise_sd)
+    if noise_cv is not None:
+        return float(noise_cv) * abs(float(np.median(x)))
+    return None
+
+
+def _pooled(given: float, runs: int, estimate: float, freedom: float) -> tuple[float, float]:
+    """An sd measured from ``runs`` runs (runs - 1 degrees of freedom) and one estimated with ``freedom``, pooled as
+    two sample variances of the same noise, and the degrees of freedom of the pool."""
+    prior = runs - 1
+    return math.sqrt((prior * given**2 + freedom * estimate**2) / (prior + freedom)), prior + freedom
+
+
+def _check_runs(noise_runs: int | None) -> None:
+    if noise_runs is not None and not (isinstance(noise_runs, int) and noise_runs >= 2):
+        raise ValueError("noise_runs must be the whole number of runs (2 or more) the noise given was measured "
+                         f"from, or None when it is exact, not {noise_runs!r}")
 
 
 def _segment(x: np.ndarray, penalty: float, min_size: int) -> list[int]:

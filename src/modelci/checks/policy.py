@@ -83,6 +83,9 @@ class Policy:
     #: measured run-to-run CV of the metric (calibrate): above max_timing_cv timing is reported, not gated; for
     #: memory it is the noise floor of a one-sample comparison
     noise_cv: float | None = None
+    #: how many runs noise_cv was measured from (calibrate sets it): the history check pools such a noise with
+    #: the series' own estimate, since a CV from 5 runs is off by a third (sd); None: noise_cv is exact
+    noise_cv_runs: int | None = None
     max_timing_cv: float = 0.05
     #: timing differences of the medians below this many seconds never count: at sub-millisecond scale the
     #: scheduler and the timer decide, not the code under test

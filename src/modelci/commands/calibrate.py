@@ -10,7 +10,10 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("calibrate", help="run each workload N times on one target and store its noise")
     parser.add_argument("--target", required=True, help="numpy==2.0.0, a path to a .whl, or current")
     add_selection(parser)
-    parser.add_argument("--runs", type=int, default=5, help="how many times to run each workload (default 5)")
+    parser.add_argument("--runs", type=int, default=5,
+                        help="how many times to run each workload (default 5). The history check weighs the CV "
+                             "measured as RUNS - 1 degrees of freedom against a series' own points: 20 runs make "
+                             "it count on a young history")
 
 
 def main(args, cfg) -> int:
