@@ -1,7 +1,7 @@
 """How well the history check finds steps, against a pairwise timing check (docs/detection.md).
 
     .venv/bin/python benchmarks/detection.py                  # 200 series per noise kind, writes docs/detection.md
-    .venv/bin/python benchmarks/detection.py --noise-cv 0.03  # the same with the noise given, as calibrate would
+    .venv/bin/python benchmarks/detection.py --noise-cv 0.03  # the noise given as calibrate measures it (5 runs)
     .venv/bin/python benchmarks/detection.py --quick          # 30 series per noise kind, prints only
     .venv/bin/python benchmarks/detection.py --quick --seed 999 --checks history --constant LATEST_PENALTY=9.5
     .venv/bin/python benchmarks/detection.py --real           # real-looking series with annotated changes (F1)
@@ -105,12 +105,14 @@ def make_series(kind: str, step: float, step_at: int, rng: np.random.Generator) 
     return samples, np.median(samples, axis=1)
 
 
-def history_alarms(values: np.ndarray, noise_cv: float | None, worse: str) -> list[tuple[int, bool]]:
+def history_alarms(values: np.ndarray, noise_cv: float | None, worse: str,
+                   noise_runs: int | None = None) -> list[tuple[int, bool]]:
     """(point, slower?) of each alarm the online history check raises over the series."""
     alarms: list[tuple[int, bool]] = []
     last_index = -1
     for t in range(len(values)):
-        change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, window=WINDOW, worse=worse)
+        change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, noise_runs=noise_runs, window=WINDOW,
+                                       worse=worse)
         if change is not None and change.index != last_index:
             alarms.append((t, change.magnitude > 0))
             last_index = change.index
@@ -189,7 +191,23 @@ class Tally:
 CHECKS = ("history", "history-both", "pairwise", "offline", "bound")
 ONLINE = {"history": "up", "history-both": "both"}
 
-Job = tuple[str, np.random.SeedSequence, float | None, dict[str, float | int], tuple[str, ...], float]
+Job = tuple[str, np.random.SeedSequence, float | None, int, dict[str, float | int], tuple[str, ...], float]
+
+#: the runs `modelci calibrate` measures a CV from by default (its --runs)
+CALIBRATION_RUNS = 5
+
+
+def measured_cv(cv: float, runs: int, rng: np.random.Generator) -> float:
+    """The CV ``cv`` as a calibration from ``runs`` runs measures it: a sample sd with runs - 1 degrees of
+    freedom (the runs taken as independent draws of the run-to-run noise; 0 runs: ``cv`` itself, exact)."""
+    if not runs:
+        return cv
+    return cv * math.sqrt(rng.chisquare(runs - 1) / (runs - 1))
+
+
+def calibration_rng(seed: np.random.SeedSequence) -> np.random.Generator:
+    """The generator of a series' calibration: apart from its series' own, so that the series stay the same."""
+    return np.random.default_rng(np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 1 << 20)))
 
 
 def bound_start() -> int:
@@ -225,9 +243,12 @@ def bound_alarms(values: np.ndarray, kind: str, stop: int, penalty: float) -> li
 
 def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
     """Run the checks on one A/A series and one series per step size, all from one seed."""
-    kind, seed, noise_cv, constants, checks, bound_penalty = job
+    kind, seed, noise_cv, noise_runs, constants, checks, bound_penalty = job
     for name, value in constants.items():
         setattr(history, name, value)
+    if noise_cv is not None:  # as calibrate measured it for this series' workload
+        noise_cv = measured_cv(noise_cv, noise_runs, calibration_rng(seed))
+    runs = noise_runs or None
     rng = np.random.default_rng(seed)
     tallies = {name: Tally() for name in checks}
     for step in (0.0, *STEPS):
@@ -235,7 +256,7 @@ def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
         samples, values = make_series(kind, step, step_at, rng)
         for name in checks:
             if name == "offline":
-                changes = history.detect_changes(values, noise_cv=noise_cv)
+                changes = history.detect_changes(values, noise_cv=noise_cv, noise_runs=runs)
                 if step:
                     tallies[name].steps[step] += 1
                     located = any(abs(c.index - step_at) <= LOCATED_WITHIN for c in changes)
@@ -251,7 +272,7 @@ def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
             elif name == "pairwise":
                 alarms = pairwise_alarms(samples)
             else:
-                alarms = history_alarms(values, noise_cv, ONLINE[name])
+                alarms = history_alarms(values, noise_cv, ONLINE[name], runs)
             tallies[name].count(alarms, step, step_at, before_only=name == "bound")
     return kind, tallies
 
@@ -259,12 +280,15 @@ def evaluate_one(job: Job) -> tuple[str, dict[str, Tally]]:
 def run(
     series: int, noise_cv: float | None, workers: int, constants: dict[str, float | int], seed: int,
     checks: tuple[str, ...], bound_penalty: float = 10.0, kinds: tuple[str, ...] = NOISE_KINDS,
+    noise_runs: int = CALIBRATION_RUNS,
 ) -> dict[str, dict[str, Tally]]:
     """Evaluate ``series`` seeded series per noise kind (of `kinds`); returns kind -> check -> tally, and "all"
-    pooled when there is more than one kind. A kind's series are the same whichever other kinds run beside it."""
+    pooled when there is more than one kind. A kind's series are the same whichever other kinds run beside it.
+    With ``noise_cv``, each series' check is given that CV as a calibration from ``noise_runs`` runs measures it
+    (0: exact), and told how many runs it came from."""
     seeds = np.random.SeedSequence(seed).spawn(len(NOISE_KINDS) * series)
     jobs = [
-        (kind, seeds[k * series + i], noise_cv, constants, checks, bound_penalty)
+        (kind, seeds[k * series + i], noise_cv, noise_runs, constants, checks, bound_penalty)
         for k, kind in enumerate(NOISE_KINDS) if kind in kinds
         for i in range(series)
     ]
@@ -472,12 +496,14 @@ def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int]
     return kind, row
 
 
-def online_alarms(values: np.ndarray, noise_cv: float | None = None) -> list[tuple[int, int]]:
+def online_alarms(values: np.ndarray, noise_cv: float | None = None,
+                  noise_runs: int | None = None) -> list[tuple[int, int]]:
     """(point, change index) of each alarm ``detect_latest`` raises both ways after each point of a series, an
     alarm about the index of the one before it counted once (alarms persist until resolved)."""
     alarms: list[tuple[int, int]] = []
     for t in range(len(values)):
-        change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, window=WINDOW, worse="both")
+        change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, noise_runs=noise_runs, window=WINDOW,
+                                       worse="both")
         if change is not None and (not alarms or change.index != alarms[-1][1]):
             alarms.append((t, change.index))
     return alarms
@@ -500,7 +526,8 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
     """A 3-sigma step in a 20-point series (at points 5-15, either way) and flat 20-point series, offline (on
     SHORT_OFFLINE_SERIES series); online (on ``series``), the same step found within 5 points, and the alarms on
     flat and AR(1) series of 26 points (the short-history test runs until 20 points precede the tail), with the
-    noise estimated and with it calibrated."""
+    noise estimated, with it calibrated from CALIBRATION_RUNS and from 4 times as many runs (the check told so),
+    and with it exact."""
     rng = np.random.default_rng(seed)
     found = false = 0
     for _ in range(SHORT_OFFLINE_SERIES):
@@ -513,17 +540,23 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
     if not online:
         return text
     rng = np.random.default_rng([seed, 1])
-    # the series are around 100 with noise of sd 1: noise_cv 0.01 is what `calibrate` would measure
-    tallies = {"estimated": [0, 0, 0], "calibrated": [0, 0, 0]}  # found, flat alarms, AR(1) alarms
-    for _ in range(series):
+    calibration = np.random.default_rng([seed, 2])  # apart, so that the series stay the same
+    # the series are around 100 with noise of sd 1: noise_cv 0.01 is the CV a calibration measures, give or take
+    # its own error (a sample sd from CALIBRATION_RUNS runs)
+    more = 4 * CALIBRATION_RUNS
+    tallies = {"estimated": [0, 0, 0], "measured": [0, 0, 0], "more": [0, 0, 0], "exact": [0, 0, 0]}
+    for _ in range(series):  # each tally: steps found, alarms on flat series, alarms on AR(1) series
         values, at = _short_step(rng)
         flat, autocorrelated = 100 + rng.standard_normal(26), 100 + _noise("ar1", 26, rng)
-        for name, noise_cv in (("estimated", None), ("calibrated", 0.01)):
+        measured = measured_cv(0.01, CALIBRATION_RUNS, calibration)
+        measured_more = measured_cv(0.01, more, calibration)
+        for name, noise_cv, runs in (("estimated", None, None), ("measured", measured, CALIBRATION_RUNS),
+                                     ("more", measured_more, more), ("exact", 0.01, None)):
             tally = tallies[name]
             tally[0] += any(at <= t <= at + FOUND_WITHIN and abs(index - at) <= LOCATED_WITHIN
-                            for t, index in online_alarms(values, noise_cv))
-            tally[1] += len(online_alarms(flat, noise_cv))
-            tally[2] += len(online_alarms(autocorrelated, noise_cv))
+                            for t, index in online_alarms(values, noise_cv, runs))
+            tally[1] += len(online_alarms(flat, noise_cv, runs))
+            tally[2] += len(online_alarms(autocorrelated, noise_cv, runs))
 
     def figures(tally: list[int]) -> str:
         found, flat, ar1 = tally
@@ -534,8 +567,11 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
 
     return text + (f" Online (`detect_latest` both ways after each point, from {history.MIN_POINTS_ONLINE} "
                    f"points; {series} series), the noise estimated: {figures(tallies['estimated'])}. With the noise "
-                   f"calibrated (`noise_cv` 0.01, the sd of 1 at a level of 100; φ unknown): "
-                   f"{figures(tallies['calibrated'])}.")
+                   f"calibrated from {CALIBRATION_RUNS} runs (`noise_cv` 0.01, the sd of 1 at a level of 100, as "
+                   f"{CALIBRATION_RUNS} runs measure it, `noise_runs` {CALIBRATION_RUNS}; φ unknown): "
+                   f"{figures(tallies['measured'])}. From {more} runs (`modelci calibrate --runs {more}`): "
+                   f"{figures(tallies['more'])}. Were the calibration exact (`noise_cv` 0.01 itself, no "
+                   f"`noise_runs`): {figures(tallies['exact'])}.")
 
 
 def run_real(series: int, workers: int, constants: dict[str, float | int], seed: int, online: bool = True) -> str:
@@ -623,7 +659,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="30 series per noise kind; print only")
     parser.add_argument("--series", type=int, help="series per noise kind (default 200, or 30 with --quick)")
-    parser.add_argument("--noise-cv", type=float, help="pass this calibrated noise CV instead of estimating it")
+    parser.add_argument("--noise-cv", type=float,
+                        help="give each series' check this noise CV as a calibration measures it, instead of "
+                             "estimating the noise")
+    parser.add_argument("--noise-runs", type=int, default=CALIBRATION_RUNS,
+                        help=f"the runs that calibration measures the CV from (default {CALIBRATION_RUNS}, as "
+                             "`modelci calibrate`); 0: the CV is exact")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--write", action="store_true", help="write docs/detection.md even with --quick")
     parser.add_argument("--seed", type=int, default=SEED, help="calibrate on another seed than the one reported")
@@ -667,11 +708,18 @@ def main(argv: list[str] | None = None) -> int:
     series = args.series or (30 if args.quick else 200)
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    results = run(series, args.noise_cv, args.workers, constants, args.seed, checks, args.bound_penalty, kinds)
+    if args.noise_runs == 1 or args.noise_runs < 0:
+        parser.error(f"--noise-runs {args.noise_runs}: give 2 or more runs, or 0 for an exact CV")
+    results = run(series, args.noise_cv, args.workers, constants, args.seed, checks, args.bound_penalty, kinds,
+                  args.noise_runs)
     elapsed = time.perf_counter() - started
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + time.process_time()
     command = "python benchmarks/detection.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    noise = f"noise_cv={args.noise_cv} given" if args.noise_cv is not None else "noise estimated from each series"
+    noise = "noise estimated from each series"
+    if args.noise_cv is not None:
+        noise = (f"noise_cv={args.noise_cv} given exactly" if not args.noise_runs else
+                 f"noise_cv={args.noise_cv} given as {args.noise_runs} runs measure it (a sample sd with "
+                 f"{args.noise_runs - 1} degrees of freedom, drawn for each series) and noise_runs={args.noise_runs}")
     header = (
         f"Measured {datetime.date.today().isoformat()} on {platform.machine()} {platform.system()} "
         f"({os.cpu_count()} cores, load average {load:.1f} at the start), {args.workers} worker processes: "
@@ -687,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         text += f"\n\n{drift_cost()}"
     print(text)
     if not args.quick or args.write:
-        block = "figures" if args.noise_cv is None else "figures-noise-cv"
+        block = "figures" if args.noise_cv is None else "figures-noise-cv" if args.noise_runs else "figures-noise-exact"
         write_doc(text, block if set(kinds) == set(NOISE_KINDS) else f"{block}-{'-'.join(kinds)}")
     return 0
 

@@ -15,7 +15,8 @@ series of detection.py (its AR(1) kind, its seed):
   runs from 8 points, where the bound cannot, and its false alarms there would otherwise be set against a bound
   that raised none;
 - the history check with the noise estimated (as in production without calibration), with the sd given as
-  ``calibrate`` measures it (``noise_cv``, as the alarm step passes it; phi still estimated), with the true sd
+  ``calibrate`` measures it (``noise_cv`` from detection.CALIBRATION_RUNS runs, drawn for each series, and
+  ``noise_runs``, as the alarm step passes them; phi still estimated), with the true sd
   and phi estimated, with the true phi and the sd estimated, and with both true. The known values are the
   benchmark's true ones, put in place of the estimate by replacing ``history._noise_for`` in the worker
   processes: a counterfactual that production cannot run (it never knows phi), which says where the gap to the
@@ -53,7 +54,8 @@ BOUND_PENALTIES = tuple(8.0 + 0.5 * i for i in range(11))  # 8 to 13
 #: the history check's noise: estimated (production), or the true sd and/or phi put in place of the estimate
 KNOWN = {"estimated": (), "calibrated": (), "sd known": ("sd",), "phi known": ("phi",),
          "sd and phi known": ("sd", "phi")}
-#: what `modelci calibrate` measures and the alarm step passes: the sd given as a CV, phi still estimated
+#: what `modelci calibrate` measures and the alarm step passes: the sd given as a CV (from
+#: detection.CALIBRATION_RUNS runs, so give or take a sample sd's error), phi still estimated
 CALIBRATED_CV = detection.CV
 
 
@@ -77,7 +79,10 @@ def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[list[int]], in
     list per penalty). (The 10% step series that detection.py draws after them are not needed.)"""
     i, series, seed, mode = job
     seeds = np.random.SeedSequence(seed).spawn(len(detection.NOISE_KINDS) * series)
-    rng = np.random.default_rng(seeds[detection.NOISE_KINDS.index(KIND) * series + i])
+    own = seeds[detection.NOISE_KINDS.index(KIND) * series + i]
+    rng = np.random.default_rng(own)
+    # the workload's calibration, as detection.py draws it for the same series
+    noise_cv = detection.measured_cv(CALIBRATED_CV, detection.CALIBRATION_RUNS, detection.calibration_rng(own))
     points: dict[float, list[list[int]]] = {}
     for step in (0.0, STEP):
         at = int(rng.integers(detection.EDGE, detection.POINTS - detection.EDGE)) if step else detection.POINTS
@@ -86,8 +91,9 @@ def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[list[int]], in
         if mode == "bound":
             runs = [detection.bound_alarms(values, KIND, stop, p) for p in BOUND_PENALTIES]
         else:
-            noise_cv = CALIBRATED_CV if mode == "calibrated" else None
-            runs = [detection.history_alarms(values[:stop], noise_cv, "up")]
+            calibrated = mode == "calibrated"
+            runs = [detection.history_alarms(values[:stop], noise_cv if calibrated else None, "up",
+                                             detection.CALIBRATION_RUNS if calibrated else None)]
         points[step] = [[t for t, slower in alarms if slower] for alarms in runs]
     return mode, points[0.0], at, points[STEP]
 
@@ -201,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
              "| the bound at the same false alarms | fraction of the bound |", "|---|---:|---:|---:|---:|"]
     for mode in modes:
         row = measure(mode, series, args.seed, args.workers, constants)
-        name = f"noise_cv={CALIBRATED_CV:g} given (calibrated), phi estimated" if mode == "calibrated" \
-            else f"noise {mode}"
+        name = (f"noise_cv={CALIBRATED_CV:g} as {detection.CALIBRATION_RUNS} runs measure it (calibrated), phi "
+                "estimated") if mode == "calibrated" else f"noise {mode}"
         best = bound_at(bound, float(row.alarms[0]))
         against = "– | –" if best is None or best == 0 else f"{100 * best:.0f}% | {100 * row.found[0] / best:.0f}%"
         lines.append(f"| history, {name} | {row.alarms_all[0]:.2f} ({row.alarms[0]:.2f}) | "
