@@ -489,9 +489,17 @@ def test_a_calibration_weighs_as_many_points_as_it_had_runs():
         assert detect_changes(flat, noise_cv=0.005, noise_runs=5) == []
 
 
-@pytest.mark.parametrize("runs", [0, 1, 2.5, "5"])
+@pytest.mark.parametrize("runs", [0, 1, 2.5, "5", True])
 def test_noise_runs_must_be_two_or_more_whole_runs(runs):
     with pytest.raises(ValueError, match="noise_runs must be the whole number of runs"):
         detect_latest(noisy(30, seed=1), noise_cv=0.03, noise_runs=runs)
     with pytest.raises(ValueError, match="noise_runs must be the whole number of runs"):
         detect_changes(noisy(30, seed=1), noise_cv=0.03, noise_runs=runs)
+
+
+def test_noise_runs_may_be_a_numpy_integer():
+    # a count read from an array or a database driver is a whole number too, and gives the same answer as an int
+    values = ar1(80, seed=900, cv=0.02)
+    values[74:] *= 1.3
+    assert detect_latest(values, noise_cv=0.01, noise_runs=np.int64(5)) == detect_latest(values, noise_cv=0.01,
+                                                                                         noise_runs=5)

@@ -21,6 +21,7 @@ are in docs/detection.md (made by benchmarks/detection.py).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -409,8 +410,9 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
     # on a short history with no noise given, each shift is judged against the residuals of its own fit (a t
     # test, turned into the normal z of the same p-value): the step is in the model, so it cannot inflate them.
     # A noise measured from a few runs joins those residuals as a prior sample of the same noise
-    given_sd = _given_sd(x, settings.noise_sd, settings.noise_cv)
-    prior = (given_sd**2, settings.noise_runs - 1) if short and measured and given_sd is not None else None
+    prior = None
+    if short and measured:
+        prior = ((_given_sd(x, settings.noise_sd, settings.noise_cv) or 0.0) ** 2, settings.noise_runs - 1)
     z, beta = _shift_fit(cleaned[begin:], tails, noise, trend, studentise=short and (not given or measured),
                          prior=prior)
     z = {"up": z, "down": -z, "both": np.abs(z)}[settings.worse]
@@ -469,7 +471,7 @@ def _short_noise(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, 
         return Noise(max(given, floor), 0.0)
     sd = estimate_trend_noise(x, min_size=min_size).sd
     if given is not None and noise_runs is not None:
-        sd, _ = _pooled(given, noise_runs, sd, len(x))
+        sd = _pooled(given, noise_runs, sd, len(x))
     return Noise(max(sd, floor), 0.0)
 
 
@@ -747,7 +749,7 @@ def _trend_noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | No
     sd, source = estimate.sd, "estimated"
     if given is not None and noise_runs is not None:
         # the marginal sd of AR(1) noise from n points is worth n (1 - phi**2) / (1 + phi**2) independent ones
-        sd, _ = _pooled(given, noise_runs, sd, n * (1 - phi**2) / (1 + phi**2))
+        sd = _pooled(given, noise_runs, sd, n * (1 - phi**2) / (1 + phi**2))
         effective_points += noise_runs - 1
         source = f"measured from {noise_runs} runs, pooled with the estimate"
     padding = 1 + (SHORT_SD_PADDING / math.sqrt(effective_points) if n < MIN_POINTS_FOR_ESTIMATE
@@ -862,9 +864,9 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
     if given is not None and noise_runs is not None:
         # the marginal sd of AR(1) noise from n points is worth n (1 - phi**2) / (1 + phi**2) independent ones;
         # its innovations about n
-        sd, _ = _pooled(given, noise_runs, sd, n * (1 - phi**2) / (1 + phi**2))
+        sd = _pooled(given, noise_runs, sd, n * (1 - phi**2) / (1 + phi**2))
         if innovations is not None:
-            innovations, _ = _pooled(given * math.sqrt(1 - phi**2), noise_runs, innovations, n)
+            innovations = _pooled(given * math.sqrt(1 - phi**2), noise_runs, innovations, n)
         points += noise_runs - 1
     # an estimated sd is itself uncertain, the more so on short or autocorrelated histories: pad it so that
     # those do not over-alarm (most AR(1) false alarms came from the first 50 points without it)
@@ -881,15 +883,16 @@ def _given_sd(x: np.ndarray, noise_sd: float | None, noise_cv: float | None) -> 
     return None
 
 
-def _pooled(given: float, runs: int, estimate: float, freedom: float) -> tuple[float, float]:
+def _pooled(given: float, runs: int, estimate: float, freedom: float) -> float:
     """An sd measured from ``runs`` runs (runs - 1 degrees of freedom) and one estimated with ``freedom``, pooled as
-    two sample variances of the same noise, and the degrees of freedom of the pool."""
+    two sample variances of the same noise."""
     prior = runs - 1
-    return math.sqrt((prior * given**2 + freedom * estimate**2) / (prior + freedom)), prior + freedom
+    return math.sqrt((prior * given**2 + freedom * estimate**2) / (prior + freedom))
 
 
 def _check_runs(noise_runs: int | None) -> None:
-    if noise_runs is not None and not (isinstance(noise_runs, int) and noise_runs >= 2):
+    whole = isinstance(noise_runs, numbers.Integral) and not isinstance(noise_runs, bool)
+    if noise_runs is not None and not (whole and noise_runs >= 2):
         raise ValueError("noise_runs must be the whole number of runs (2 or more) the noise given was measured "
                          f"from, or None when it is exact, not {noise_runs!r}")
 
