@@ -51,7 +51,7 @@ def test_each_registered_helper_declares_every_fact(name):
     assert cls.name == name
     for fact in FACTS:
         assert hasattr(cls, fact), (name, fact)
-    assert all(isinstance(fmt, frameworks.Format) and fmt.name == key and fmt.why
+    assert all(isinstance(fmt, frameworks.HelperFormat) and fmt.name == key and fmt.why
                for key, fmt in cls.formats.items()), name
     if name != "python":
         assert cls.module == name and cls.distributions, name
@@ -83,7 +83,7 @@ def test_the_harness_asks_the_registry():
 
 
 FAKE_HELPER = '''
-from modelci.workload.frameworks import Format, PythonHelper, format_table
+from modelci.workload.frameworks import HelperFormat, PythonHelper, format_table
 
 
 class ToyHelper(PythonHelper):
@@ -93,7 +93,7 @@ class ToyHelper(PythonHelper):
     companions = ("toyfw-extras",)
     needs = ("toy-runtime",)
     fork_safe_threads = 2
-    formats = format_table(Format("toy", unsafe=True, why="it unpickles"))
+    formats = format_table(HelperFormat("toy", unsafe=True, why="it unpickles"))
 
     def probe(self):
         import toyfw

@@ -7,7 +7,7 @@ A helper class says, as class attributes that the harness reads without importin
 - `needs`, what the environment needs next to the framework that the framework does not declare;
 - `fork_safe_threads`, how many of the threads the framework's import starts are safe to fork with;
 - `lazy_modules`, modules the framework imports on first use, which the warm-up imports once;
-- `formats`, each save format with whether loading it can run code (`Format.unsafe`).
+- `formats`, each save format with whether loading it can run code (`HelperFormat.unsafe`).
 Its methods run inside the environment under test: the fingerprint probe's build facts (`probe`), seeding,
 determinism, the warm-up, to-numpy, versions, save and load, and the device and distributed hooks.
 
@@ -42,8 +42,12 @@ REGISTRY = {
 
 
 @dataclass(frozen=True)
-class Format:
-    """A save format of a framework, and whether loading a file of it can execute arbitrary code."""
+class HelperFormat:
+    """A save format of a framework helper, and whether loading a file of it can execute arbitrary code.
+
+    A helper's own table. A workload names its formats with `modelci.Format` (a string that may carry `unsafe`);
+    the helper's word counts for a name the workload neither flags nor saves itself (`Workload.format_unsafe`).
+    """
 
     name: str
     #: loading can run code that the file carries (a pickle, a compiled program): named unsafe in reports
@@ -52,8 +56,8 @@ class Format:
     why: str = ""
 
 
-def format_table(*declared: Format) -> Dict[str, Format]:
-    """The `formats` table of a helper: format name -> Format, in the order given."""
+def format_table(*declared: HelperFormat) -> Dict[str, HelperFormat]:
+    """The `formats` table of a helper: format name -> HelperFormat, in the order given."""
     return {fmt.name: fmt for fmt in declared}
 
 
@@ -76,7 +80,7 @@ class PythonHelper:
     #: imports them once
     lazy_modules: Tuple[str, ...] = ()
     #: formats this helper can save and load without the workload's own save/load
-    formats: Dict[str, Format] = {}
+    formats: Dict[str, HelperFormat] = {}
 
     @property
     def unsafe_formats(self) -> Tuple[str, ...]:
@@ -182,7 +186,7 @@ class NumpyHelper(PythonHelper):
     module = "numpy"
     distributions = ("numpy",)
     companions = ("scipy", "mkl", "intel-openmp")
-    formats = format_table(Format("npz", unsafe=False, why="read with numpy.load(allow_pickle=False)"))
+    formats = format_table(HelperFormat("npz", unsafe=False, why="read with numpy.load(allow_pickle=False)"))
 
     def seed(self, seed: int) -> None:
         super().seed(seed)

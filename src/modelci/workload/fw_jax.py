@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from modelci.workload.frameworks import Format, PythonHelper, format_table
+from modelci.workload.frameworks import HelperFormat, PythonHelper, format_table
 
 #: what XLA reads from XLA_FLAGS for deterministic GPU kernels (no effect on CPU, whose kernels are deterministic)
 _DETERMINISM_FLAG = "--xla_gpu_deterministic_ops=true"
@@ -58,9 +58,9 @@ class JaxHelper(PythonHelper):
     #: to use Exported serialization")
     needs = ("flatbuffers",)
     formats = format_table(
-        Format("jax_params", unsafe=False,
+        HelperFormat("jax_params", unsafe=False,
                why="the parameters as named arrays in an .npz, read with numpy.load(allow_pickle=False)"),
-        Format("jax_export", unsafe=False,
+        HelperFormat("jax_export", unsafe=False,
                why="a serialized StableHLO program (jax.export) and an .npz of its parameters, no pickle: "
                    "loading runs XLA operations only"),
     )

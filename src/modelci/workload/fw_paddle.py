@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict
 
-from modelci.workload.frameworks import Format, PythonHelper, format_table
+from modelci.workload.frameworks import HelperFormat, PythonHelper, format_table
 
 #: deterministic-kernel flags; each build registers only some of them (a CPU build has none of the cuDNN ones)
 _DETERMINISM_FLAGS = {
@@ -71,8 +71,8 @@ class PaddleHelper(PythonHelper):
     #: starts an OpenMP pool), still makes the worker spawn.
     fork_safe_threads = 1
     formats = format_table(
-        Format("paddle_state", unsafe=True, why="paddle.load unpickles whatever the file holds (paddle/framework/io.py)"),
-        Format("paddle_jit", unsafe=True,
+        HelperFormat("paddle_state", unsafe=True, why="paddle.load unpickles whatever the file holds (paddle/framework/io.py)"),
+        HelperFormat("paddle_jit", unsafe=True,
                why="paddle.jit.load unpickles `model.pdiparams.info` when it reads a pre-PIR program "
                    "(paddle/jit/translated_layer.py), which a crafted folder can always ask for"),
     )

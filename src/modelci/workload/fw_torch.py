@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
-from modelci.workload.frameworks import Format, PythonHelper, format_table, interface_of
+from modelci.workload.frameworks import HelperFormat, PythonHelper, format_table, interface_of
 
 #: format -> the oldest torch that has it (torch.export.save/load arrived in 2.1)
 _MIN_VERSION = {"torch_export": (2, 1)}
@@ -103,15 +103,15 @@ class TorchHelper(PythonHelper):
     #: zoo model imports anything more after the warm-up.
     lazy_modules = ("torch.profiler._cupti_monitor", "sympy.tensor.tensor", "sympy.sets.setexpr")
     formats = format_table(
-        Format("state_dict", unsafe=False, why="a dict of tensors, which a plain torch.load reads with "
+        HelperFormat("state_dict", unsafe=False, why="a dict of tensors, which a plain torch.load reads with "
                                                "weights_only=True (torch's default since 2.6)"),
-        Format("torchscript", unsafe=True,
+        HelperFormat("torchscript", unsafe=True,
                why="the archive carries code that torch compiles and runs on load, able to call any registered "
                    "operator"),
-        Format("torch_export", unsafe=True,
+        HelperFormat("torch_export", unsafe=True,
                why="a .pt2 archive may mark weights and constants as pickled, and torch.export.load then reads "
                    "them with torch.load(weights_only=False) or pickle.loads (torch/export/pt2_archive/_package.py)"),
-        Format("torch_pickle", unsafe=True, why="a whole pickled module: a torch before 2.6 unpickles it on a plain "
+        HelperFormat("torch_pickle", unsafe=True, why="a whole pickled module: a torch before 2.6 unpickles it on a plain "
                                                "torch.load (2.6 and later refuse it with weights_only=True)"),
     )
 
