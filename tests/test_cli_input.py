@@ -87,6 +87,13 @@ def test_no_command_adds_modelci_tables_to_another_applications_database(project
     assert tables == ["orders"]
 
 
+@pytest.mark.parametrize("argv", [["history"], ["db", "upgrade"], ["run", "--target", "current", "--suite", "zoo:numpy"]])
+def test_a_database_url_whose_port_is_no_number_is_named(project, capsys, argv):
+    # SQLAlchemy raises a bare ValueError for it, which reached the user as a traceback
+    said = usage_error(["--db", "postgresql://ci@localhost:port/modelci", *argv], capsys)
+    assert "db = 'postgresql://ci@localhost:port/modelci' is not a database URL (its port is not a number)" in said
+
+
 def test_ids_beyond_what_the_database_holds_are_no_run_and_no_alarm(alarmed, capsys):
     assert "no run '99999999999999999999999'" in usage_error(["show", HUGE], capsys)
     assert "no run '99999999999999999999999'" in usage_error(["env", "diff", HUGE, "1"], capsys)

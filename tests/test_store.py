@@ -267,3 +267,21 @@ def test_each_run_keeps_the_fingerprint_of_the_machine_it_ran_on(store, tmp_path
     ra, rb = refs.from_run(store, a), refs.from_run(store, b)
     fields = {f.field for f in diff.diff(ra.id, ra.lock, ra.fingerprint, rb.id, rb.lock, rb.fingerprint).fingerprint}
     assert {"cpu", "cpu_count"} <= fields
+
+
+@pytest.mark.parametrize("form", ["path", "url", "server", "memory", "uri", "garbage"])
+def test_sqlite_file_names_the_file_of_a_sqlite_history_only(tmp_path, monkeypatch, form):
+    """What a first run checks before it makes a history: the file a path or sqlite:/// URL names (relative to
+    the working folder, ~ expanded); nothing for a database that is no file modelci would make."""
+    from modelci.store import sqlite_file
+
+    monkeypatch.chdir(tmp_path)
+    value, expected = {
+        "path": ("sub/h.db", tmp_path / "sub" / "h.db"),
+        "url": (f"sqlite:///{tmp_path}/h.db", tmp_path / "h.db"),
+        "server": ("postgresql://ci@localhost:5432/modelci", None),
+        "memory": ("sqlite:///:memory:", None),
+        "uri": (f"sqlite:///file:{tmp_path}/h.db?mode=ro&uri=true", None),
+        "garbage": ("postgresql://ci@localhost:port/x", None),
+    }[form]
+    assert sqlite_file(value) == expected

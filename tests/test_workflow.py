@@ -201,8 +201,12 @@ def test_empty_suite_is_an_error_not_a_pass(fake_project, cfg, tmp_path):
     ],
 )
 def test_bad_input_is_a_user_error_naming_it(fake_project, cfg, target, suites, pattern, message):
+    assert not Path(cfg.db).exists()
     with pytest.raises(UserError, match=message):
         workflow.run(cfg, target or str(fake_project.v10), suites or [str(fake_project.suite)], pattern)
+    # a first run that was refused leaves no empty history behind, which `modelci history` would then show as
+    # "no runs" where it says that there is no history at that path
+    assert not Path(cfg.db).exists()
 
 
 def test_bad_config_names_the_key(fake_project):

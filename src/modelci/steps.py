@@ -208,6 +208,15 @@ def check_artifacts(config: Config) -> None:
     ArtifactStore(config.artifacts, config.artifacts_options, config.artifacts_readonly).check_usable()
 
 
+def history_is_new(config: Config) -> bool:
+    """Whether the history is a SQLite file not made yet: a run then opens it, and so creates it, only once its
+    selection holds a workload, so that a mistyped -k on a first run leaves no empty history behind."""
+    from modelci.store import sqlite_file
+
+    path = sqlite_file(config.db)
+    return path is not None and not path.exists()
+
+
 def open_store(config: Config) -> Store:
     """The history store, refusing one opened read-only: a run must be able to store what it measures."""
     from modelci.store import Store

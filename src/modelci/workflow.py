@@ -131,18 +131,24 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     try:
         # the worker imports the framework while this process opens the store and imports the later steps
         executor.start(suites)
+        # a new SQLite history is made only after the selection is known to hold a workload (and has no runs to
+        # preload checks for); an existing one is opened now, beside the worker's import
+        new = shared is None and steps.history_is_new(config)
         with _timed(timings, "store"):
-            store = shared or steps.open_store(config)
+            store = shared or (None if new else steps.open_store(config))
             from modelci import compat
             from modelci.alarms import hooks as alarm_hooks
             from modelci.store.schema import utcnow
-            preloading = _preload_checks(config, store, alarms) if judge else None
+            preloading = _preload_checks(config, store, alarms) if judge and store is not None else None
         with _timed(timings, "discovery"):
             found = executor.discover(suites)
         if preloading is not None:
             with _timed(timings, "store"):
                 preloading.join()  # before any workload runs: an import beside one would disturb its timings
         workloads, errors = steps.select(found, pattern)
+        if store is None:
+            with _timed(timings, "store"):
+                store = steps.open_store(config)
         extra = steps.missing_requirements(env, workloads, {target.name: target.version or ""} if env.paths else None)
         if extra and locked is not None:
             raise UserError(f"the workloads need {', '.join(extra)}, which the lock {lock} does not hold; "

@@ -67,8 +67,9 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
     if "://" in value:
         try:
             url = make_url(value)
-        except ArgumentError:
-            raise UserError(f"db = {value!r} is not a database URL; give a SQLite file path, sqlite:///PATH or "
+        except (ArgumentError, ValueError) as exc:  # SQLAlchemy's ValueError is a port that is no number
+            why = " (its port is not a number)" if isinstance(exc, ValueError) else ""
+            raise UserError(f"db = {value!r} is not a database URL{why}; give a SQLite file path, sqlite:///PATH or "
                             "postgresql://USER@HOST:PORT/DATABASE") from None
         if url.drivername in ("postgresql", "postgres"):
             return url.set(drivername="postgresql+psycopg").render_as_string(False)
@@ -99,6 +100,21 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
         raise UserError(f"the history database {path} is a folder; give a file path (db in modelci.toml, "
                         "MODELCI_DB or --db)")
     return f"sqlite:///{path}"
+
+
+def sqlite_file(value: str) -> Path | None:
+    """The file of a SQLite history given as a path or a `sqlite:///PATH` URL; None for a server, an in-memory
+    database, a SQLite URI (`file:...`) or a value that is no URL (opening it says what is wrong)."""
+    if "://" in value:
+        try:
+            url = make_url(value)
+        except (ArgumentError, ValueError):
+            return None
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" \
+                or url.database.startswith("file:"):
+            return None
+        value = url.database
+    return Path(value).expanduser().resolve()
 
 
 def _must_exist(path: Path) -> None:
