@@ -168,6 +168,19 @@ def test_a_missing_secret_is_named_and_not_retried(tmp_path, monkeypatch):
     assert "environment variable TEST_HOOK_URL is not set" in delivery.error
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:port/hooks/secret-token", "http://127.0.0.1:70000/hooks/t",
+                                 "ftp://127.0.0.1/hooks/secret-token"])
+def test_a_webhook_url_that_is_no_http_url_is_named_and_not_retried(tmp_path, monkeypatch, url):
+    # a port that was no number raised a bare ValueError out of the notifier, after the run was stored
+    monkeypatch.setenv("TEST_HOOK_URL", url)
+    history = History(tmp_path / "p", WEBHOOK)
+    outcome = slow_then_fixed(history)[1]
+    (delivery,) = outcome.alarms.deliveries
+    assert not delivery.ok and delivery.attempts == 1
+    assert "$TEST_HOOK_URL is not an http(s) URL" in delivery.error and "secret-token" not in delivery.error
+    assert history.store.run(outcome.run_id).row.status == "complete"
+
+
 def test_email_through_a_real_smtp_server_with_login(tmp_path, smtp_server, monkeypatch):
     port, mailbox = smtp_server
     monkeypatch.setenv("TEST_SMTP_PASSWORD", "s3cret")

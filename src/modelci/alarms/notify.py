@@ -146,6 +146,11 @@ def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[st
     a CONNECT tunnel, an http one by sending the proxy the absolute URL. The deadline covers the proxy too."""
     url = _secret(entry, "url_env", environ)
     parsed = urllib.parse.urlsplit(url)
+    try:
+        parsed.port  # noqa: B018 - urllib checks the port only when it is read
+    except ValueError:
+        raise NotifyError(f"${entry['url_env']} is not an http(s) URL: its port is not a number from 0 to 65535",
+                          retry=False) from None
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise NotifyError(f"${entry['url_env']} is not an http(s) URL", retry=False)
     host = f"{parsed.hostname}:{parsed.port}" if parsed.port else parsed.hostname
