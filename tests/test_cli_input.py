@@ -94,6 +94,21 @@ def test_a_database_url_whose_port_is_no_number_is_named(project, capsys, argv):
     assert "db = 'postgresql://ci@localhost:port/modelci' is not a database URL (its port is not a number)" in said
 
 
+@pytest.mark.parametrize("argv", [["run", "--target", "current", "--suite", "zoo:numpy"],
+                                  ["compare", "current", "current", "--suite", "zoo:numpy"],
+                                  ["calibrate", "--target", "current", "--suite", "zoo:numpy", "--runs", "2"],
+                                  ["bisect", "--package", "numpy", "--between", "1.26.4", "2.0.0", "--suite", "zoo:numpy"]])
+@pytest.mark.parametrize("cache", ["a file", "under a file"])
+def test_a_cache_folder_that_cannot_be_made_is_named(project, capsys, monkeypatch, argv, cache):
+    # it was a FileExistsError or NotADirectoryError traceback from wherever the cache was first made
+    (project / "taken").write_text("")
+    folder = project / "taken" if cache == "a file" else project / "taken" / "cache"
+    monkeypatch.setenv("MODELCI_CACHE_DIR", str(folder))
+    said = usage_error(["--db", str(project / "h.db"), *argv], capsys)
+    why = "it is a file" if cache == "a file" else "Not a directory"
+    assert f"cache_dir {folder} cannot be used: {why}; set cache_dir in modelci.toml or MODELCI_CACHE_DIR" in said
+
+
 def test_ids_beyond_what_the_database_holds_are_no_run_and_no_alarm(alarmed, capsys):
     assert "no run '99999999999999999999999'" in usage_error(["show", HUGE], capsys)
     assert "no run '99999999999999999999999'" in usage_error(["env", "diff", HUGE, "1"], capsys)

@@ -90,7 +90,7 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
     A pythonpath build of a commit gives the environment of its dependencies, shared by every commit that
     declares the same ones, with the commit's checkout in `paths` (see builds.prepare). `index` (default:
     `index_for(config)`) is where packages come from: a Ray node rebuilds the run's lock from the driver's."""
-    cache = Path(config.cache_dir)
+    cache = local.cache_folder(config.cache_dir)
     environ = workload_environ(config)
     if target.kind == "current" and lock is None:
         return envs.current(cache, environ=environ)

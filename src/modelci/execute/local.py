@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 import modelci
-from modelci.errors import HarnessError
+from modelci.errors import HarnessError, UserError
 from modelci.records import Metric, Result
 from modelci.workload.processes import kill_group, signal_name
 
@@ -256,10 +256,24 @@ def run_workload(
     return child_outcome(workload, out, code, seconds, timeout)
 
 
+def cache_folder(cache_dir: str | Path) -> Path:
+    """The cache folder (environments, builds, scratch), made if need be: one that cannot be made or written is
+    a UserError that names it, before anything is built or run in it."""
+    cache = Path(cache_dir).expanduser()
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=cache).close()
+    except OSError as exc:
+        why = "it is a file" if cache.is_file() else exc.strerror or str(exc)
+        raise UserError(f"cache_dir {cache} cannot be used: {why}; set cache_dir in modelci.toml or "
+                        "MODELCI_CACHE_DIR to a folder you can write") from None
+    return cache
+
+
 def scratch_root(cache_dir: str | Path) -> Path:
     """The folder that holds the scratch folders of runs, compat checks and Ray agents: `scratch` in the cache
     folder (on the driver, or on a Ray node in that node's cache)."""
-    root = Path(cache_dir).expanduser() / "scratch"
+    root = cache_folder(cache_dir) / "scratch"
     root.mkdir(parents=True, exist_ok=True)
     return root
 
