@@ -96,6 +96,14 @@ active = true
     ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\non = ["every-run"]\n', "key 'on' lists 'every-run'"),
     ('[[notify]]\nkind = "email"\nhost = "smtp"\nto = []\n', "key 'to' must list at least one address"),
     ('[[notify]]\nkind = "email"\nhost = "smtp"\nto = ["a@b.c"]\nport = "25"\n', "key 'port' must be an integer"),
+    ('[[notify]]\nkind = "email"\nhost = "smtp"\nto = ["a@b.c"]\nport = 99999\n',
+     "key 'port' must be a TCP port from 1 to 65535, got 99999"),
+    # the run waits for its notifications: an endless (or NaN) wait held the job, or failed in time.sleep
+    ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nbackoff = inf\n', "key 'backoff' must be a number of seconds"),
+    ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nbackoff = nan\n', "key 'backoff' must be a number of seconds"),
+    ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nretries = 30\n',
+     "retries = 30 with backoff = 1 wait 1.07e+09 s in all between attempts, and the run waits for them; keep it "
+     "within 600 s"),
     ('[[notify]]\nkind = "markdown"\n', "kind 'markdown' needs key 'path' or 'path_env'"),
     ('[alarms]\nstale_after_days = -1\n', "[alarms]: key 'stale_after_days' must not be negative"),
     ('[alarms]\nstale_days = 3\n', "[alarms]: unknown key 'stale_days'"),

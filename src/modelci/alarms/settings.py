@@ -138,6 +138,10 @@ def allow_entry(allow: Iterable[dict], workload: str, metric: str) -> dict | Non
     return None
 
 
+#: the most seconds a notifier's retries may wait in all (backoff * (2**retries - 1)): the run waits for its
+#: notifications, and a CI job must not be held for hours by a receiver that is down
+MAX_RETRY_WAIT = 600
+
 #: [[notify]] keys per kind: key -> (type, default or REQUIRED)
 REQUIRED = object()
 _COMMON = {"kind": (str, REQUIRED), "name": (str, ""), "on": (list, list(NOTIFY_EVENTS)), "retries": (int, 2),
@@ -202,6 +206,16 @@ def _check_notify_values(settings: dict[str, Any], label: str) -> None:
             raise UserError(f"{label}: key {key!r} must not be negative, got {settings[key]!r}")
     if not 0 < settings["timeout"] < float("inf"):  # the deadline of one delivery: 0 or NaN would be none at all
         raise UserError(f"{label}: key 'timeout' must be a number of seconds greater than 0, got {settings['timeout']!r}")
+    # the run waits for its notifications: retries that wait for ever (or NaN seconds) would hold the CI job
+    if not 0 <= settings["backoff"] < float("inf"):
+        raise UserError(f"{label}: key 'backoff' must be a number of seconds, got {settings['backoff']!r}")
+    waits = settings["backoff"] * (2 ** min(settings["retries"], 64) - 1)
+    if waits > MAX_RETRY_WAIT:
+        raise UserError(f"{label}: retries = {settings['retries']} with backoff = {settings['backoff']:g} wait "
+                        f"{waits:.3g} s in all between attempts, and the run waits for them; keep it within "
+                        f"{MAX_RETRY_WAIT} s (each wait doubles: backoff, 2 backoff, 4 backoff, ...)")
+    if settings["kind"] == "email" and not 0 < settings["port"] < 65536:
+        raise UserError(f"{label}: key 'port' must be a TCP port from 1 to 65535, got {settings['port']!r}")
 
 
 def validate_alarm_settings(table: Any, where: str) -> dict[str, Any]:
