@@ -277,3 +277,77 @@ def test_compat_keeps_the_inputs_of_a_workload_whose_example_inputs_is_in_a_help
     assert not _mentions_inputs(str(folder / "models.py"))
     (folder / "_common.py").write_text("class Base:\n    def example_inputs(self):\n        return ()\n")
     assert _mentions_inputs(str(folder / "models.py"))
+
+
+MISTAKES = '''\
+import numpy as np
+import modelci
+
+
+class _Base(modelci.Workload):
+    framework = "numpy"
+    steps = 2
+    repeats = 1
+    warmup = 0
+
+    def train_step(self, ctx, step):
+        return 1.0
+
+    def infer(self, ctx):
+        return {"y": np.ones(2)}
+
+
+class NoDict(_Base):
+    def infer(self, ctx):
+        return None
+
+
+class WordLoss(_Base):
+    def train_step(self, ctx, step):
+        return "low" if step == 1 else 1.0
+
+
+class Nested(_Base):
+    def infer(self, ctx):
+        return {"y": {"z": [1, np.ones(2)]}}
+
+
+class WordMetric(_Base):
+    def infer(self, ctx):
+        ctx.record("accuracy", "high")
+        return {"y": np.ones(2)}
+
+
+class OwnBug(_Base):
+    def infer(self, ctx):
+        return {"y": np.ones(2) / self.missing}
+'''
+
+
+@pytest.mark.parametrize("isolation", ["fork", "spawn"])
+def test_a_workloads_mistake_is_named_with_the_users_frames_only(project, isolation):
+    # the traceback of a failed workload began in modelci's child (execute, run_phases) and, for a value modelci
+    # refused, held nothing but modelci's frames; a loss or a metric that was no number said only "could not
+    # convert string to float", and an output of objects "output has dtype object (ndarray)"
+    folder = project / "suite"
+    folder.mkdir()
+    (folder / "mistakes.py").write_text(MISTAKES)
+    outcome = workflow.run(config_module.load(cli={"isolation": isolation}), "current", [str(folder)])
+    results = {r.workload.split("/")[-1]: r for r in outcome.results}
+    assert {name: r.status for name, r in results.items()} == dict.fromkeys(
+        ["NoDict", "WordLoss", "Nested", "WordMetric", "OwnBug"], "failed")
+    assert "infer() must return a non-empty dict of name -> array, got NoneType" in results["NoDict"].reason
+    assert ("train_step() returned str 'low' at step 1; return the loss as one number"
+            in results["WordLoss"].reason)
+    assert ("output 'y' (dict {'z': [1, array([1., 1.])]}) cannot be stored: it makes an array of Python "
+            "objects (dtype object)" in results["Nested"].reason)
+    assert "ctx.record('accuracy', ...) got str 'high'; record a number" in results["WordMetric"].reason
+    # what modelci refused says all in its reason: no traceback of modelci's own code
+    for name in ("NoDict", "WordLoss", "Nested"):
+        assert results[name].traceback == "", (name, results[name].traceback)
+    # the user's own bug: a traceback that starts in their file
+    own = results["OwnBug"].traceback
+    assert own.startswith("Traceback (most recent call last):\n") and "AttributeError" in own
+    assert f'File "{folder / "mistakes.py"}", line 41, in infer' in own
+    assert "child.py" not in own and "run_phases" not in own
+    assert f'File "{folder / "mistakes.py"}", line 35, in infer' in results["WordMetric"].traceback

@@ -39,7 +39,12 @@ class Context:
 
     def record(self, name: str, value: float) -> None:
         """Record one sample of a user metric (e.g. `accuracy`); it is stored and compared like the others."""
-        self.metrics.setdefault(name, []).append(float(value))
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"ctx.record({name!r}, ...) got {type(value).__name__} {value!r:.60}; record a number "
+                            "(a float, or a tensor of one element)") from None
+        self.metrics.setdefault(name, []).append(number)
 
 
 class Format(str):

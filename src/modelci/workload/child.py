@@ -222,6 +222,34 @@ def suite_traceback(exc: BaseException, path: Path) -> str:
     return "".join(head + traceback.format_exception_only(type(exc), exc))
 
 
+#: the modelci package the child runs from (in a run, the shim's copy): frames in it are the harness's own
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def failure_traceback(exc: BaseException) -> str:
+    """The traceback of a workload's failure from its first frame outside modelci on, chained exceptions kept:
+    the child's own frames above the workload's code say nothing about it, and a failure modelci raised itself
+    (an infer() that returned no dict, an output name it refuses) has none: its reason already says what to
+    fix."""
+    shown = traceback.TracebackException.from_exception(exc)
+    frames = list(shown.stack)
+
+    def ours(frame: traceback.FrameSummary) -> bool:
+        return not frame.filename.startswith("<") and _PACKAGE in Path(frame.filename).resolve().parents
+
+    start = next((i for i, frame in enumerate(frames) if not ours(frame)), len(frames))
+    if start == len(frames) and exc.__cause__ is None and (exc.__context__ is None or exc.__suppress_context__):
+        return ""  # the reason says it all
+    shown.stack = traceback.StackSummary.from_list(frames[start:])
+    return "".join(shown.format())
+
+
+def _shown(value: Any) -> str:
+    """A value in a message: its type and a short repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dict[str, Any]:
     """The discovery record of one workload class."""
     return {
@@ -444,7 +472,10 @@ def save_outputs(outputs: Any, helper: Any, folder: Path) -> dict[str, dict[str,
         if not isinstance(name, str) or not name.replace("_", "").replace(".", "").replace("-", "").isalnum():
             raise ValueError(f"output name {name!r} must be letters, digits, '_', '-' or '.'")
         path = folder / f"{name}.npy"
-        dtype, shape = npy.save(path, helper.to_numpy(value))
+        try:
+            dtype, shape = npy.save(path, helper.to_numpy(value))
+        except (TypeError, ValueError) as exc:  # a value numpy cannot make one numeric array of
+            raise TypeError(f"output {name!r} ({_shown(value)}) cannot be stored: {exc}") from None
         written[name] = {"file": str(path.relative_to(folder.parent)), "dtype": dtype, "shape": shape}
     return written
 
@@ -471,7 +502,11 @@ def run_phases(workload: Workload, cls: type[Workload], ctx: Context, helper: An
         loss = workload.train_step(ctx, step)
         helper.synchronize()
         step_times.append(time.perf_counter() - start)
-        losses.append(float(loss))
+        try:
+            losses.append(float(loss))
+        except (TypeError, ValueError):  # the workload's mistake: say which call and what it gave
+            raise TypeError(f"train_step() returned {_shown(loss)} at step {step}; return the loss as one number "
+                            "(a float, or a tensor of one element)") from None
     if step_times:
         rec.metric("time.train", "samples", "s", step_times)
         rec.metric("loss", "curve", "", losses)
@@ -526,7 +561,8 @@ def save_format(workload: Workload, cls: type[Workload], ctx: Context, helper: A
     try:
         (workload.save if overrides(cls, "save") else lambda c, f, p: helper.save(workload, c, f, p))(ctx, fmt, path)
     except Exception as exc:  # noqa: BLE001 - a failed save is recorded, the run goes on
-        return {"format": fmt, "status": "failed", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        return {"format": fmt, "status": "failed", "reason": f"{type(exc).__name__}: {exc}",
+                "traceback": failure_traceback(exc)}
     missing = nothing_saved(path)
     if missing:
         return {"format": fmt, "status": "failed", "reason": missing}
@@ -759,7 +795,7 @@ def execute(args: argparse.Namespace) -> int:
         rec.data.update(status="skipped", reason=str(exc) or "skipped by the workload")
     except Exception as exc:  # noqa: BLE001 - any exception in the workload is a `failed` result
         rec.data.update(status="failed", reason=f"{type(exc).__name__}: {exc} (in {rec.data['phase']})")
-        rec.data["traceback"] = traceback.format_exc()
+        rec.data["traceback"] = failure_traceback(exc)
     if helper is not None and rec.data["info"].get("world_size"):
         try:
             helper.shutdown_distributed()

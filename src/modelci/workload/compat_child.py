@@ -32,6 +32,7 @@ from modelci.workload.api import Context, SkipWorkload, Workload
 from modelci.workload.child import (
     drop_working_directory,
     enter_suite,
+    failure_traceback,
     find_class,
     format_reason,
     module_info,
@@ -186,7 +187,7 @@ class Jobs:
 def raise_as_failed(record: dict[str, Any], exc: BaseException) -> None:
     """Mark a record `load_failed` with the exception, the phase it came from, and the traceback."""
     record.update(status="load_failed", reason=f"{type(exc).__name__}: {exc} (in {record['phase']})",
-                  traceback=traceback.format_exc())
+                  traceback=failure_traceback(exc))
 
 
 def main(argv: list[str] | None = None) -> int:

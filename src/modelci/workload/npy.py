@@ -55,7 +55,7 @@ def to_bytes(value: Any) -> bytes:
         return _stdlib_npy(value)[0]
     array = np.asarray(value)
     if array.dtype.hasobject:
-        raise TypeError(f"output has dtype object ({type(value).__name__}); return numeric arrays")
+        raise TypeError("it makes an array of Python objects (dtype object); return numeric arrays")
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
