@@ -351,3 +351,19 @@ def test_a_workloads_mistake_is_named_with_the_users_frames_only(project, isolat
     assert f'File "{folder / "mistakes.py"}", line 41, in infer' in own
     assert "child.py" not in own and "run_phases" not in own
     assert f'File "{folder / "mistakes.py"}", line 35, in infer' in results["WordMetric"].traceback
+
+
+def test_a_failure_in_a_built_in_zoo_workload_keeps_its_frames():
+    # the zoo lives in the modelci package, but it is workload code: only modelci/workload is the harness's, so
+    # a zoo model's failure is not cut down to its exception line
+    from types import SimpleNamespace
+
+    from modelci.workload.child import failure_traceback, run_phases
+    from modelci.zoo.numpy.linear_regression import LinearRegressionSGD
+
+    with pytest.raises(AttributeError) as caught:
+        run_phases(LinearRegressionSGD(), LinearRegressionSGD, None, None, SimpleNamespace(data={}), None)
+    exc = caught.value.with_traceback(caught.value.__traceback__.tb_next)  # from run_phases on, as in the child
+    shown = failure_traceback(exc)
+    assert "child.py" not in shown and "run_phases" not in shown
+    assert "zoo/numpy/linear_regression.py" in shown and "in setup" in shown

@@ -16,6 +16,12 @@ class SkipWorkload(Exception):
     """Raise from any phase to mark the workload `skipped` with a reason (e.g. it needs a GPU)."""
 
 
+def shown(value: Any) -> str:
+    """A value a workload gave, in a message: its type and a repr cut to 60 characters."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 @dataclass
 class Context:
     """What the harness hands to each phase of a workload."""
@@ -42,8 +48,8 @@ class Context:
         try:
             number = float(value)
         except (TypeError, ValueError):
-            raise TypeError(f"ctx.record({name!r}, ...) got {type(value).__name__} {value!r:.60}; record a number "
-                            "(a float, or a tensor of one element)") from None
+            raise TypeError(f"ctx.record({name!r}, ...) got {shown(value)}; record a number (a float, or a tensor "
+                            "of one element)") from None
         self.metrics.setdefault(name, []).append(number)
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from modelci.workload import lifeline, npy
-from modelci.workload.api import Context, SkipWorkload, Workload
+from modelci.workload.api import Context, SkipWorkload, Workload, shown
 from modelci.workload import frameworks
 from modelci.workload.frameworks import get_helper
 from modelci.workload.processes import framework_hazard, signal_name, thread_count
@@ -222,32 +222,28 @@ def suite_traceback(exc: BaseException, path: Path) -> str:
     return "".join(head + traceback.format_exception_only(type(exc), exc))
 
 
-#: the modelci package the child runs from (in a run, the shim's copy): frames in it are the harness's own
-_PACKAGE = Path(__file__).resolve().parent.parent
+#: the harness's own code in the modelci the child runs from (in a run, the shim's copy): modelci/workload, not
+#: the whole package, whose built-in zoo is workload code like any suite's
+_HARNESS = Path(__file__).resolve().parent
 
 
 def failure_traceback(exc: BaseException) -> str:
-    """The traceback of a workload's failure from its first frame outside modelci on, chained exceptions kept:
-    the child's own frames above the workload's code say nothing about it, and a failure modelci raised itself
+    """The traceback of a workload's failure from its first frame outside the harness (modelci/workload) on,
+    chained exceptions kept: the child's own frames above the workload's code say nothing about it, and a
+    failure the harness raised itself
     (an infer() that returned no dict, an output name it refuses) has none: its reason already says what to
     fix."""
-    shown = traceback.TracebackException.from_exception(exc)
-    frames = list(shown.stack)
+    summary = traceback.TracebackException.from_exception(exc)
+    frames = list(summary.stack)
 
     def ours(frame: traceback.FrameSummary) -> bool:
-        return not frame.filename.startswith("<") and _PACKAGE in Path(frame.filename).resolve().parents
+        return not frame.filename.startswith("<") and _HARNESS in Path(frame.filename).resolve().parents
 
     start = next((i for i, frame in enumerate(frames) if not ours(frame)), len(frames))
     if start == len(frames) and exc.__cause__ is None and (exc.__context__ is None or exc.__suppress_context__):
         return ""  # the reason says it all
-    shown.stack = traceback.StackSummary.from_list(frames[start:])
-    return "".join(shown.format())
-
-
-def _shown(value: Any) -> str:
-    """A value in a message: its type and a short repr."""
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    summary.stack = traceback.StackSummary.from_list(frames[start:])
+    return "".join(summary.format())
 
 
 def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dict[str, Any]:
@@ -475,7 +471,7 @@ def save_outputs(outputs: Any, helper: Any, folder: Path) -> dict[str, dict[str,
         try:
             dtype, shape = npy.save(path, helper.to_numpy(value))
         except (TypeError, ValueError) as exc:  # a value numpy cannot make one numeric array of
-            raise TypeError(f"output {name!r} ({_shown(value)}) cannot be stored: {exc}") from None
+            raise TypeError(f"output {name!r} ({shown(value)}) cannot be stored: {exc}") from None
         written[name] = {"file": str(path.relative_to(folder.parent)), "dtype": dtype, "shape": shape}
     return written
 
@@ -505,7 +501,7 @@ def run_phases(workload: Workload, cls: type[Workload], ctx: Context, helper: An
         try:
             losses.append(float(loss))
         except (TypeError, ValueError):  # the workload's mistake: say which call and what it gave
-            raise TypeError(f"train_step() returned {_shown(loss)} at step {step}; return the loss as one number "
+            raise TypeError(f"train_step() returned {shown(loss)} at step {step}; return the loss as one number "
                             "(a float, or a tensor of one element)") from None
     if step_times:
         rec.metric("time.train", "samples", "s", step_times)
