@@ -102,8 +102,13 @@ active = true
     ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nbackoff = inf\n', "key 'backoff' must be a number of seconds"),
     ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nbackoff = nan\n', "key 'backoff' must be a number of seconds"),
     ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nretries = 30\n',
-     "retries = 30 with backoff = 1 wait 1.07e+09 s in all between attempts, and the run waits for them; keep it "
-     "within 600 s"),
+     "retries = 30, timeout = 10 and backoff = 1 can hold the run 1.07e+09 s"),
+    # no waits between attempts, but each to its timeout
+    ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nretries = 1000\nbackoff = 0\n',
+     "retries = 1000, timeout = 10 and backoff = 0 can hold the run 1e+04 s"),
+    ('[[notify]]\nkind = "email"\nhost = "smtp"\nto = ["a@b.c"]\ntimeout = 1e9\n',
+     "can hold the run 3e+09 s (every attempt to its timeout, and the waits between them, which double); the run "
+     "waits for its notifications, so keep it within 600 s"),
     ('[[notify]]\nkind = "markdown"\n', "kind 'markdown' needs key 'path' or 'path_env'"),
     ('[alarms]\nstale_after_days = -1\n', "[alarms]: key 'stale_after_days' must not be negative"),
     ('[alarms]\nstale_days = 3\n', "[alarms]: unknown key 'stale_days'"),

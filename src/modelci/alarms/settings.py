@@ -138,9 +138,10 @@ def allow_entry(allow: Iterable[dict], workload: str, metric: str) -> dict | Non
     return None
 
 
-#: the most seconds a notifier's retries may wait in all (backoff * (2**retries - 1)): the run waits for its
-#: notifications, and a CI job must not be held for hours by a receiver that is down
-MAX_RETRY_WAIT = 600
+#: the most seconds one notifier may hold the run, at worst: every attempt running to its timeout, and the waits
+#: between them (backoff * (2**retries - 1)). The run waits for its notifications, and a CI job must not be held
+#: for hours by a receiver that is down
+MAX_NOTIFY_SECONDS = 600
 
 #: [[notify]] keys per kind: key -> (type, default or REQUIRED)
 REQUIRED = object()
@@ -209,11 +210,13 @@ def _check_notify_values(settings: dict[str, Any], label: str) -> None:
     # the run waits for its notifications: retries that wait for ever (or NaN seconds) would hold the CI job
     if not 0 <= settings["backoff"] < float("inf"):
         raise UserError(f"{label}: key 'backoff' must be a number of seconds, got {settings['backoff']!r}")
-    waits = settings["backoff"] * (2 ** min(settings["retries"], 64) - 1)
-    if waits > MAX_RETRY_WAIT:
-        raise UserError(f"{label}: retries = {settings['retries']} with backoff = {settings['backoff']:g} wait "
-                        f"{waits:.3g} s in all between attempts, and the run waits for them; keep it within "
-                        f"{MAX_RETRY_WAIT} s (each wait doubles: backoff, 2 backoff, 4 backoff, ...)")
+    retries = settings["retries"]
+    worst = (1 + retries) * settings["timeout"] + settings["backoff"] * (2 ** min(retries, 64) - 1)
+    if worst > MAX_NOTIFY_SECONDS:
+        raise UserError(f"{label}: retries = {settings['retries']}, timeout = {settings['timeout']:g} and backoff = "
+                        f"{settings['backoff']:g} can hold the run {worst:.3g} s (every attempt to its timeout, and "
+                        f"the waits between them, which double); the run waits for its notifications, so keep it "
+                        f"within {MAX_NOTIFY_SECONDS} s")
     if settings["kind"] == "email" and not 0 < settings["port"] < 65536:
         raise UserError(f"{label}: key 'port' must be a TCP port from 1 to 65535, got {settings['port']!r}")
 
