@@ -8,6 +8,13 @@ transaction marked `interrupted`, the report files say so, and the command exits
 
 The steps that must not be cut in half (the transaction that stores a run, the report files) run inside
 `deferred()`: a signal that arrives there is held, and raised once the step is done.
+
+Only the first signal cancels. One that follows it (a second Ctrl-C, a CI runner that sends SIGTERM twice) is
+held for good: raised again in the middle of the clean-up that the first one started, it would cut that
+clean-up short (the report files not written, or a traceback out of the handler that tells the user about the
+first one), which is what cancelling is meant to avoid. The clean-up is bounded (the workload's process group
+is killed, the store's transaction is short); a command that must die at once is sent SIGKILL, as a CI
+system does after its grace period.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ def install() -> None:
 
 
 def _handle(signum: int, frame: Any) -> None:
+    if _state["received"] is not None:  # already cancelling: the first signal's clean-up runs to its end
+        return
     _state["received"] = signum
     if _state["deferring"]:
         _state["pending"] = _state["pending"] or signum
@@ -63,7 +72,7 @@ def deferred() -> Iterator[None]:
 
 
 def received() -> int | None:
-    """The last cancelling signal received in this process, or None."""
+    """The cancelling signal received in this process (the first, when several were), or None."""
     return _state["received"]
 
 

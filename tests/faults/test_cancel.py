@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -36,6 +37,34 @@ def test_a_cancelled_run_stores_and_reports_what_finished(project, signum, code)
     assert {p.get("name"): p.get("value") for p in junit.iter("property")}["interrupted"] == "true"
     assert "interrupted" in (project.root / "summary.md").read_text()
     json.dumps(report)
+    project.assert_clean(done)
+
+
+def test_signals_after_the_first_do_not_cut_its_clean_up_short(project):
+    """A burst of signals (Ctrl-C pressed again and again, a runner that sends SIGTERM twice): the first one
+    cancels, and the ones that arrive while its clean-up runs neither stop the report files being written nor
+    show a traceback; the exit code is the first signal's."""
+    project.workloads(QUICK + HANG)
+    proc = project.start("run", "--target", "current", "--suite", "suite", "--json", "report.json",
+                         "--junit", "junit.xml")
+    wait_for(lambda: project.marker("hanging").exists() or proc.poll() is not None, 120, "the hanging workload")
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    for i in range(60):  # 0.6 s of signals, through the kill of the workload, the store and the reports
+        time.sleep(0.01)
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGTERM if i % 3 == 2 else signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    done = type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode})
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    report = project.report()
+    assert report["interrupted"] is True
+    assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok"}
+    assert [c.get("classname") for c in ET.parse(project.root / "junit.xml").getroot().iter("testcase")] == \
+        ["suite.Quick"]
+    assert project.stored("SELECT status FROM runs") == [("interrupted",)]
     project.assert_clean(done)
 
 
