@@ -63,8 +63,10 @@ def main(args, cfg) -> int:
     if versions is not None and (args.repo or args.good or args.bad):
         raise UserError("give either --repo/--good/--bad or releases (--versions, --package), not both")
     from modelci.report import files
+    from modelci.store import sqlite_file
 
-    files.prepare({"--json": args.json_path})  # a bisect takes minutes; its report path is checked before it
+    # a bisect takes minutes; its report path is checked before it
+    files.prepare({"--json": args.json_path}, history=sqlite_file(cfg.db))
     out = views.console(stderr=True)
 
     def log(text: str) -> None:
@@ -81,13 +83,15 @@ def main(args, cfg) -> int:
         return EXIT_INTERRUPTED
     render(result, views.console())
     if args.json_path:
-        json_report.write(args.json_path, {"schema": json_report.SCHEMA, "kind": "bisect", **result.to_json()})
+        with files.writing({"--json": args.json_path}, "the probes are stored: the same command shows the result "
+                                                       "again without running them"):
+            json_report.write(args.json_path, {"schema": json_report.SCHEMA, "kind": "bisect", **result.to_json()})
     return EXIT_OK if result.status == "found" else EXIT_REGRESSION
 
 
 def render(result, out) -> None:
     """The probes as a table, then the culprit (or the candidates)."""
-    from rich.markup import escape
+    from modelci.report.console import escape
     from rich.table import Table
 
     what = "improvement" if result.direction == "improvement" else "regression"

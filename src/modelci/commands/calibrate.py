@@ -25,7 +25,9 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.report import files, json_report
 
-    files.prepare({"--json": args.json_path})
+    from modelci.store import sqlite_file
+
+    files.prepare({"--json": args.json_path}, history=sqlite_file(cfg.db))
     try:
         outcome = workflow.calibrate(cfg, args.target, args.suite or cfg.suites, args.pattern, runs=args.runs,
                                      progress=views.Progress(quiet=args.quiet, every=cfg.progress_every),
@@ -35,5 +37,6 @@ def main(args, cfg) -> int:
         return EXIT_INTERRUPTED
     views.render_calibration(outcome, views.console())
     if args.json_path:
-        json_report.write(args.json_path, json_report.calibration_report(outcome))
+        with files.writing({"--json": args.json_path}, "the calibration runs and their noise are stored"):
+            json_report.write(args.json_path, json_report.calibration_report(outcome))
     return EXIT_REGRESSION if outcome.failures else EXIT_OK

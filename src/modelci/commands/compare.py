@@ -32,7 +32,7 @@ def main(args, cfg) -> int:
 
     from modelci.commands.run import prepare_report_files
 
-    prepare_report_files(args)
+    prepare_report_files(args, cfg)
     from modelci import targets
 
     for spec in (args.a, args.b):  # B's typo must not wait for A's run
@@ -57,7 +57,16 @@ def main(args, cfg) -> int:
 
 
 def _write_report_files(args, outcome) -> None:
-    """The --json, --junit and --markdown files of a compare (whole, or cancelled: `outcome.interrupted`)."""
+    """The --json, --junit and --markdown files of a compare (whole, or cancelled: `outcome.interrupted`); one
+    that cannot be written says that the runs are stored all the same."""
+    from modelci.commands.run import report_paths
+    from modelci.report import files
+
+    with files.writing(report_paths(args), "the compared runs are stored"):
+        _write_reports(args, outcome)
+
+
+def _write_reports(args, outcome) -> None:
     from modelci.report import json_report
 
     if args.json_path:

@@ -44,7 +44,10 @@ def main(args, cfg) -> int:
     from modelci.report import files
 
     chain = bisect_plan(args, args.target)  # refuses --bisect-on-alarm with --no-alarms, or without a git target
-    files.prepare({"--json": args.json_path, "--markdown": args.markdown_path})  # before the check, not after it
+    from modelci.store import sqlite_file
+
+    paths = {"--json": args.json_path, "--markdown": args.markdown_path}
+    files.prepare(paths, history=sqlite_file(cfg.db))  # before the check, not after it
     store = Store.from_config(cfg)
     outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
                            direction=args.direction, store=store,
@@ -58,15 +61,17 @@ def main(args, cfg) -> int:
 
         alarm_views.render_alarm_report(AlarmReport(events=events, deliveries=deliveries), views.console())
     report = compat_report.to_json(outcome)
-    if args.json_path:
-        compat_report.write_json(args.json_path, outcome)
-    if args.markdown_path:
-        compat_report.write_markdown(args.markdown_path, outcome)
+    with files.writing(paths, "the check's results and alarms are stored"):
+        if args.json_path:
+            compat_report.write_json(args.json_path, outcome)
+        if args.markdown_path:
+            compat_report.write_markdown(args.markdown_path, outcome)
     if chain is not None:
         checked = SimpleNamespace(target=outcome.target, run_id=None, alarms=SimpleNamespace(events=events))
         bisects = _bisect_alarms(args, cfg, checked, chain)
         if args.json_path and bisects:
             from modelci.report import json_report
 
-            json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
+            with files.writing(paths, "the check and the bisects' probes are stored"):
+                json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
     return EXIT_REGRESSION if outcome.regressed else EXIT_OK

@@ -72,7 +72,7 @@ def main(args, cfg) -> int:
 
     spec = target_spec(args)
     chain = bisect_plan(args, spec)
-    prepare_report_files(args)
+    prepare_report_files(args, cfg)
     # with --bisect-on-alarm the run's warm worker stays for the bisect's probes: a pythonpath build's commits
     # share its environment, so the framework is imported once for the run and the whole bisect
     pool = workflow.WorkerPool(cfg) if chain is not None else None
@@ -86,7 +86,7 @@ def main(args, cfg) -> int:
 def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> int:
     from modelci import cancel, workflow
     from modelci.report import console as views
-    from modelci.report import json_report
+    from modelci.report import files, json_report
 
     try:
         outcome = workflow.run(cfg, spec, args.suite or cfg.suites, args.pattern, reuse=args.reuse,
@@ -95,7 +95,7 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
         if exc.outcome is not None:  # the report files say what finished, marked interrupted
-            with cancel.deferred():
+            with cancel.deferred(), files.writing(report_paths(args), stored(exc.run_id)):
                 if args.json_path:
                     json_report.write(args.json_path, json_report.run_report(exc.outcome, True))
                 _write_report_files(args, exc.outcome)
@@ -103,7 +103,7 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
     views.render_run(outcome, views.console())
     bad = workflow.failed(outcome)
     report = json_report.run_report(outcome, bad)
-    with cancel.deferred():
+    with cancel.deferred(), files.writing(report_paths(args), stored(outcome.run_id)):
         if args.json_path:
             json_report.write(args.json_path, report)
         _write_report_files(args, outcome)
@@ -115,7 +115,8 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
                                              "ends resumes from the probes already run[/]")
             return EXIT_INTERRUPTED
         if args.json_path and bisects:
-            json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
+            with files.writing(report_paths(args), "the run and the bisects' probes are stored"):
+                json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
     return EXIT_REGRESSION if bad else EXIT_OK
 
 
@@ -147,7 +148,7 @@ def bisect_plan(args, spec: str | None) -> dict | None:
 
 def _bisect_alarms(args, cfg, outcome, chain: dict) -> list:
     """Bisect what the run opened; print one line per bisect."""
-    from rich.markup import escape
+    from modelci.report.console import escape
 
     from modelci.bisect.on_alarm import bisect_alarms
     from modelci.report import console as views
@@ -169,12 +170,23 @@ def _bisect_alarms(args, cfg, outcome, chain: dict) -> list:
     return bisects
 
 
-def prepare_report_files(args) -> None:
-    """Check before the run that --json, --junit and --markdown can be written, and remove older files there
-    (report.files.prepare), shared with `compare`."""
+def prepare_report_files(args, cfg) -> None:
+    """Check before the run that --json, --junit and --markdown can be written, none is the history database nor
+    another's file, and remove older files there (report.files.prepare), shared with `compare`."""
     from modelci.report import files
+    from modelci.store import sqlite_file
 
-    files.prepare({"--json": args.json_path, "--junit": args.junit, "--markdown": args.markdown})
+    files.prepare(report_paths(args), history=sqlite_file(cfg.db), inputs={"--lock": getattr(args, "lock", None)})
+
+
+def report_paths(args) -> dict[str, str | None]:
+    """Option name -> path of the report files asked for: what `files.prepare` checks and `files.writing` names."""
+    return {"--json": args.json_path, "--junit": args.junit, "--markdown": args.markdown}
+
+
+def stored(run_id: int | None) -> str:
+    """What a report file that cannot be written leaves done: the run is in the history all the same."""
+    return f"the run is stored as run {run_id}" if run_id else ""
 
 
 def _write_report_files(args, outcome) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from modelci.report.console import escape
 from rich.table import Table
 
 from modelci.report.console import SAVE_STYLE  # a save's status looks as it does in the run's table
@@ -131,8 +131,10 @@ def _md(text: str) -> str:
 
 
 def write_markdown(path: str | Path, outcome: Any) -> None:
-    """Write the Markdown report."""
-    Path(path).write_text(markdown(outcome))
+    """Write the Markdown report whole (report.files.write_text: through a FIFO or /dev/stdout too)."""
+    from modelci.report import files
+
+    files.write_text(path, markdown(outcome))
 
 
 def render(outcome: Any, out: Console) -> None:

@@ -1,64 +1,127 @@
-"""The report files a command writes (`--json`, `--junit`, `--markdown`): checked before the run, written whole.
+"""The output files a command writes (`--json`, `--junit`, `--markdown`, `-o`): checked before the run, written whole.
 
 `prepare` runs before any workload: a path that cannot be written is a usage error that costs nothing, where it
-used to be a traceback after the run. It also removes the file a previous run left there, so that a run that
-ends without writing its report (the harness failed, or it was cancelled before anything finished) never leaves
-an older report in place to be read as this run's. `write_text` writes under a temporary name and renames, so a
-reader never sees half a file.
+used to be a traceback after the run. It refuses a path that is the history database (a report written over it
+destroyed every stored run) and two options given the same file (one report silently replaced the other). It also
+removes the file a previous run left there, so that a run that ends without writing its report (the harness
+failed, or it was cancelled before anything finished) never leaves an older report in place to be read as this
+run's. `write_text` writes under a temporary name and renames, so a reader never sees half a file.
+
+Only regular files are removed or renamed over. CI points reports at `/dev/stdout`, a FIFO or a symlink: such a
+path is written through (a symlink keeps being one, its target is replaced whole), where removing it and renaming
+a regular file into its place broke the pipe, the link, or even the system's /dev/stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import stat
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from modelci.errors import UserError
 
+#: a link that names one of this process's own descriptors (/dev/stdout is a link to /proc/self/fd/1)
+_DESCRIPTOR = re.compile(r"/(?:proc/(?:self|thread-self|(?P<pid>\d+))/fd|dev/fd)/(?P<fd>\d+)")
 
-def prepare(paths: dict[str, str | None], remove: bool = True) -> None:
-    """Check that each report path (option name -> path, None when not asked for) can be written, and remove what
+#: the files of a SQLite database beside the main one: each is part of the history
+_SQLITE_SIDES = ("", "-wal", "-shm", "-journal")
+
+
+class WriteError(UserError):
+    """An output file that could not be written (a full disk, a closed pipe): a message, not a traceback.
+    `writing` adds the option that named it and what was done before."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        super().__init__(f"{path}: cannot write the file ({reason})")
+        self.path = str(path)
+        self.reason = reason
+
+
+def prepare(paths: dict[str, str | None], remove: bool = True, *, history: Path | None = None,
+            inputs: dict[str, str | None] | None = None) -> None:
+    """Check that each output path (option name -> path, None when not asked for) can be written, and remove what
     a previous run left there; a UserError names the option, the path and the reason. Without `remove` the file
-    there stays until the new one replaces it whole (an output that is not a run's report: a lock, a diff)."""
-    for option, path in paths.items():
-        if not path:
-            continue
-        target = Path(path)
-        folder = target.parent if str(target.parent) else Path(".")
-        problem = ""
-        if target.is_dir():
-            problem = "it is a folder"
-        elif not folder.exists():
-            problem = f"its folder {folder} does not exist"
-        elif not folder.is_dir():
-            problem = f"{folder} is not a folder"
-        else:
-            try:
-                probe = tempfile.NamedTemporaryFile(dir=folder, prefix=f".{target.name}.", delete=True)
-                probe.close()
-            except OSError as exc:
-                problem = f"its folder cannot be written ({exc.strerror or exc})"
+    there stays until the new one replaces it whole (an output that is not a run's report: a lock, a diff).
+
+    `history` is the SQLite file of the history database (`store.sqlite_file(cfg.db)`, None for a server): an
+    output path that is it, or its journal, is refused; so is one that is a file the command reads (`inputs`,
+    option name -> path: `run --lock l.lock --json l.lock` removed the lock before reading it). Every path is
+    checked before any file is removed, so a refusal leaves every file as it was."""
+    given = {option: path for option, path in paths.items() if path is not None}
+    for option, path in given.items():
+        if not str(path):
+            raise UserError(f"{option} '': give a file path")
+    for option, path in given.items():
+        _refuse_history(option, path, history)
+        _refuse_input(option, path, inputs or {})
+        problem = _problem(Path(path))
         if problem:
             raise UserError(f"{option} {path}: cannot write the file there, {problem}; give a path in a folder "
                             "you can write")
-        if not remove:
-            continue
+    _refuse_shared(given)
+    if not remove:
+        return
+    for option, path in given.items():
+        real = Path(os.path.realpath(path))
+        if _descriptor(path) is not None or not real.is_file():
+            continue  # a pipe, a terminal, a device: nothing of an older run is kept there to remove
         try:
-            target.unlink(missing_ok=True)
+            real.unlink(missing_ok=True)  # the file a symlink points at: the link stays, the new report lands there
         except OSError as exc:
             raise UserError(f"{option} {path}: cannot replace the file there ({exc.strerror or exc}); give a path "
                             "you can write") from None
 
 
+@contextlib.contextmanager
+def writing(paths: dict[str, str | None], done: str = "") -> Iterator[None]:
+    """Turn a file the block could not write into a UserError that names its option (option name -> path, as
+    given to `prepare`) and says what was done before it (`done`: "the run is stored as run 7"), so a full
+    disk after a long run is a message, not a traceback that leaves the user wondering what was kept."""
+    try:
+        yield
+    except WriteError as exc:
+        option = next((o for o, p in paths.items() if p is not None and str(p) == exc.path), "")
+        after = f"; {done}" if done else ""
+        raise UserError(f"{option + ' ' if option else ''}{exc.path}: cannot write the file ({exc.reason}){after}") \
+            from None
+
+
 def write_text(path: str | Path, text: str) -> None:
-    """Write `text` (UTF-8) to `path` whole: into a temporary file beside it, then renamed over it."""
+    """Write `text` (UTF-8) to `path` whole (`write_bytes`)."""
     write_bytes(path, text.encode("utf-8"))
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` whole: into a temporary file beside it, then renamed over it."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
+    """Write `data` to `path` whole: into a temporary file beside it, then renamed over it. A symlink stays a link:
+    the file it points at is the one replaced. What is not a regular file (/dev/stdout, a FIFO, a device) is written
+    through, in place. A failure is a WriteError naming the path."""
+    try:
+        fd = _descriptor(path)
+        if fd is not None:
+            _write_descriptor(fd, data)
+            return
+        real = Path(os.path.realpath(path))
+        try:
+            mode = real.stat().st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            with open(path, "wb") as fh:  # noqa: PTH123 (the path as given: a FIFO, a terminal, a device)
+                fh.write(data)
+            return
+        _replace(real, data)
+    except OSError as exc:
+        raise WriteError(path, exc.strerror or str(exc)) from None
+
+
+def _replace(target: Path, data: bytes) -> None:
+    """Write `data` into a temporary file in `target`'s folder, then rename it over `target`."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -67,3 +130,95 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_descriptor(fd: int, data: bytes) -> None:
+    """Write to one of this process's descriptors (/dev/stdout) after what Python holds for it: opening the path
+    again would truncate a redirected log, or write at its start over what the console printed."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _descriptor(path: str | Path) -> int | None:
+    """The descriptor of this process that `path` names through its links (/dev/stdout, /dev/fd/3,
+    /proc/self/fd/1), or None."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        match = _DESCRIPTOR.fullmatch(current)
+        if match and (match["pid"] is None or int(match["pid"]) == os.getpid()):
+            return int(match["fd"])
+        if not os.path.islink(current):
+            return None
+        current = os.path.join(os.path.realpath(os.path.dirname(current)), os.readlink(current))
+        current = os.path.normpath(current)
+    return None
+
+
+def _problem(target: Path) -> str:
+    """Why `target` cannot be written, or ""."""
+    if _descriptor(target) is not None:
+        return ""
+    real = Path(os.path.realpath(target))
+    if real.is_dir():
+        return "it is a folder"
+    if real.exists() and not real.is_file():  # a FIFO, a device: written through, its folder is not written
+        return "" if os.access(real, os.W_OK) else "it cannot be written (permission denied)"
+    folder = real.parent
+    if not folder.exists():
+        return f"its folder {folder} does not exist"
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    try:
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=f".{real.name}.", delete=True)
+        probe.close()
+    except OSError as exc:
+        return f"its folder cannot be written ({exc.strerror or exc})"
+    return ""
+
+
+def _refuse_history(option: str, path: str, history: Path | None) -> None:
+    """Refuse an output path that is the history database, or one of SQLite's files beside it."""
+    if history is None:
+        return
+    real = Path(os.path.realpath(path))
+    for side in _SQLITE_SIDES:
+        database = Path(str(history) + side)
+        if _same(real, database):
+            what = "the history database" + (f"'s {side[1:]} file" if side else "")
+            raise UserError(f"{option} {path} is {what}; give another path")
+
+
+def _refuse_input(option: str, path: str, inputs: dict[str, str | None]) -> None:
+    """Refuse an output path that is a regular file the command reads."""
+    for source, read in inputs.items():
+        if read and os.path.isfile(read) and _same(Path(path), Path(read)):
+            raise UserError(f"{option} {path} is the file {source} reads; give another path")
+
+
+def _refuse_shared(given: dict[str, str]) -> None:
+    """Refuse two options given the same regular file: the second would replace the first. A pipe or a terminal
+    (/dev/stdout for both) takes one after the other."""
+    seen: dict[Path, tuple[str, str]] = {}
+    for option, path in given.items():
+        if _descriptor(path) is not None:
+            continue
+        real = Path(os.path.realpath(path))
+        if real.exists() and not real.is_file():
+            continue
+        for other, (first, first_path) in seen.items():
+            if _same(real, other):
+                raise UserError(f"{first} {first_path} and {option} {path} are the same file; give each its own "
+                                "path")
+        seen[real] = (option, path)
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two paths are one file: the same inode when both exist, else the same resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(os.path.realpath(a)) == Path(os.path.realpath(b))

@@ -1,0 +1,263 @@
+"""Output files (`--json`, `--junit`, `--markdown`, `-o`) through the real CLI: what is not a regular file is written
+through and never replaced, the history database is never written over, two options never share one file, an empty
+path is refused, and a write that fails is a message.
+
+Every case here replaced a FIFO, a symlink or /dev/stdout with a regular file, destroyed the stored runs, silently
+dropped a report, or ended in a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from modelci import cli
+
+DB = ".modelci/history.db"
+
+
+def _isolate(monkeypatch, root: Path) -> None:
+    for name in ("MODELCI_DB", "MODELCI_ARTIFACTS", "MODELCI_RUNNER", "MODELCI_SEED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MODELCI_CACHE_DIR", str(root / "cache"))
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory) -> Path:
+    """A project made by `modelci init` with one stored run of `current`: a real history database."""
+    root = tmp_path_factory.mktemp("safety")
+    with pytest.MonkeyPatch.context() as mp:
+        _isolate(mp, root)
+        assert cli.main(["init", "--dir", str(root / "p")]) == 0
+        mp.chdir(root / "p")
+        assert cli.main(["-q", "run", "--target", "current"]) == 0
+    return root / "p"
+
+
+@pytest.fixture
+def stored(history, monkeypatch) -> Path:
+    """The CLI pointed at the project with a history, in its folder."""
+    _isolate(monkeypatch, history.parent)
+    monkeypatch.chdir(history)
+    return history
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """An empty project folder, the CLI pointed at its own history there (not created yet)."""
+    _isolate(monkeypatch, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write_lock(path: Path) -> None:
+    """A lock file of numpy 2.1.3, as `modelci env lock` writes one."""
+    from modelci.envs import lockfile
+
+    lockfile.write(path, lockfile.Lock.of("numpy==2.1.3\n", {"python": "3.11"}, environment="e1", source="test"))
+
+
+def usage_error(argv: list[str], capsys) -> str:
+    """Run the CLI, expect exit 2, return what it said (stdout and stderr)."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    said = capsys.readouterr()
+    assert code == 2, said
+    text = said.out + said.err
+    assert "Traceback" not in text
+    return text
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class FifoReader:
+    """A FIFO and a thread that reads it whole, as a CI step piping a report into another tool."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.data = b""
+        self.thread = threading.Thread(target=self._read, daemon=True)  # never written to: it stays blocked
+        self.thread.start()
+
+    def _read(self) -> None:
+        with open(self.path, "rb") as fh:
+            self.data = fh.read()
+
+    def text(self) -> str:
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), "nothing was written into the FIFO"
+        return self.data.decode()
+
+
+# --- what is not a regular file is written through ---------------------------------------------------------
+
+
+def test_a_run_writes_its_reports_into_fifos_and_leaves_them_fifos(stored):
+    json_fifo, junit_fifo = FifoReader(stored / "report.fifo"), FifoReader(stored / "junit.fifo")
+    assert cli.main(["-q", "run", "--target", "current", "--json", "report.fifo", "--junit", "junit.fifo"]) == 0
+    assert json.loads(json_fifo.text())["kind"] == "run"
+    assert "<testsuite" in junit_fifo.text()
+    for fifo in (json_fifo, junit_fifo):
+        assert stat.S_ISFIFO(os.lstat(fifo.path).st_mode)  # it used to be removed, and a regular file put there
+
+
+def test_a_lock_is_written_into_a_fifo(project):
+    write_lock(project / "l.lock")
+    fifo = FifoReader(project / "lock.fifo")
+    assert cli.main(["env", "lock", "-o", "lock.fifo", "l.lock"]) == 0
+    assert "numpy==2.1.3" in fifo.text()
+    assert stat.S_ISFIFO(os.lstat(project / "lock.fifo").st_mode)
+
+
+def test_a_lock_is_written_to_a_terminal(project):
+    write_lock(project / "l.lock")
+    master, slave = os.openpty()
+    try:
+        terminal = os.ttyname(slave)
+        assert cli.main(["env", "lock", "-o", terminal, "l.lock"]) == 0
+        os.set_blocking(master, False)
+        said = os.read(master, 1 << 16).decode()
+        assert stat.S_ISCHR(os.lstat(terminal).st_mode)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert "numpy==2.1.3" in said
+
+
+def test_reports_through_a_link_to_dev_stdout_go_to_stdout_and_may_share_it(stored, capfd):
+    # the link stands for /dev/stdout itself, which a run as root used to replace with a regular file
+    (stored / "out.json").symlink_to("/dev/stdout")
+    (stored / "out.md").symlink_to("/dev/fd/1")
+    assert cli.main(["-q", "run", "--target", "current", "--json", "out.json", "--markdown", "out.md"]) == 0
+    said = capfd.readouterr().out
+    assert '"kind": "run"' in said and "modelci" in said.split('"kind": "run"')[1]  # the Markdown after the JSON
+    assert (stored / "out.json").is_symlink() and os.readlink(stored / "out.json") == "/dev/stdout"
+    assert (stored / "out.md").is_symlink()
+
+
+def test_a_symlink_to_a_report_stays_a_link_and_its_target_is_replaced(stored):
+    (stored / "reports").mkdir(exist_ok=True)
+    (stored / "reports" / "run.json").write_text("older\n")
+    (stored / "run.json").symlink_to("reports/run.json")
+    (stored / "lock.txt").symlink_to("reports/new.lock")  # dangling: the file it names is created
+    assert cli.main(["-q", "run", "--target", "current", "--json", "run.json"]) == 0
+    assert (stored / "run.json").is_symlink()
+    assert json.loads((stored / "reports" / "run.json").read_text())["kind"] == "run"
+    assert cli.main(["env", "lock", "latest", "-o", "lock.txt"]) == 0
+    assert (stored / "lock.txt").is_symlink() and "==" in (stored / "reports" / "new.lock").read_text()
+
+
+def test_a_write_that_fails_is_a_message_that_names_the_option(project, capsys):
+    write_lock(project / "l.lock")
+    (project / "full").symlink_to("/dev/full")
+    said = usage_error(["env", "lock", "-o", "full", "l.lock"], capsys)
+    assert "--output full: cannot write the file (No space left on device)" in said
+    assert (project / "full").is_symlink()
+
+
+def test_a_report_that_cannot_be_written_after_a_run_says_the_run_is_stored(stored, capsys):
+    (stored / "full.xml").symlink_to("/dev/full")
+    said = usage_error(["-q", "run", "--target", "current", "--junit", "full.xml"], capsys)
+    assert "--junit full.xml: cannot write the file (No space left on device); the run is stored as run " in said
+
+
+# --- the history database is never an output -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["env", "lock", "latest", "-o", "{db}"], "--output"),
+    (["env", "constraints", "--from", "latest", "-o", "{db}"], "--output"),
+    (["env", "diff", "latest", "latest", "--json", "{db}"], "--json"),
+    (["env", "consistency", "--target", "current", "--json", "{db}"], "--json"),
+    (["run", "--target", "current", "--json", "{db}"], "--json"),
+    (["run", "--target", "current", "--junit", "{db}"], "--junit"),
+    (["run", "--target", "current", "--markdown", "{db}"], "--markdown"),
+    (["compare", "current", "current", "--markdown", "{db}"], "--markdown"),
+    (["calibrate", "--target", "current", "--runs", "2", "--json", "{db}"], "--json"),
+    (["compat", "--target", "current", "--json", "{db}"], "--json"),
+    (["compat", "--target", "current", "--markdown", "{db}"], "--markdown"),
+    (["bisect", "--versions", "1,2", "--json", "{db}"], "--json"),
+])
+def test_no_output_option_writes_over_the_history_database(stored, capsys, argv, option):
+    before = digest(stored / DB)
+    said = usage_error([a.format(db=DB) for a in argv], capsys)
+    assert f"{option} {DB} is the history database; give another path" in said
+    assert digest(stored / DB) == before
+    assert cli.main(["history"]) == 0 and "current" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path, says", [
+    ("alias.db", "is the history database;"),             # a link to it
+    (".modelci/../.modelci/history.db", "is the history database;"),
+    (".modelci/history.db-wal", "is the history database's wal file;"),
+    (".modelci/history.db-journal", "is the history database's journal file;"),
+])
+def test_another_name_of_the_history_database_is_refused_too(stored, capsys, path, says):
+    if not (stored / "alias.db").is_symlink():
+        (stored / "alias.db").symlink_to(DB)
+    before = digest(stored / DB)
+    said = usage_error(["env", "lock", "latest", "-o", path], capsys)
+    assert f"--output {path} {says}" in said
+    assert digest(stored / DB) == before and (stored / "alias.db").is_symlink()
+
+
+def test_a_history_given_with_db_is_protected_as_well(stored, capsys):
+    db = stored / ".modelci" / "other.db"
+    assert cli.main(["--db", str(db), "-q", "run", "--target", "current"]) == 0
+    before = digest(db)
+    said = usage_error(["--db", f"sqlite:///{db}", "run", "--target", "current", "--json", str(db)], capsys)
+    assert "is the history database" in said
+    assert digest(db) == before
+
+
+# --- two options, one file; an empty path ------------------------------------------------------------------
+
+
+def test_two_options_given_one_file_are_refused_before_anything_is_removed(project, capsys):
+    (project / "r.json").write_text("older\n")
+    said = usage_error(["run", "--target", "current", "--json", "r.json", "--junit", "./r.json"], capsys)
+    assert "--json r.json and --junit ./r.json are the same file; give each its own path" in said
+    assert (project / "r.json").read_text() == "older\n"
+    assert not (project / ".modelci").exists()  # refused before the run
+    said = usage_error(["compat", "--target", "current", "--json", "m", "--markdown", "m"], capsys)
+    assert "--json m and --markdown m are the same file" in said
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "--lock", "l.lock", "--json", "l.lock"], "--json l.lock is the file --lock reads"),
+    (["run", "--lock", "./l.lock", "--markdown", "l.lock"], "--markdown l.lock is the file --lock reads"),
+    (["env", "constraints", "--from", "l.lock", "-o", "l.lock"], "--output l.lock is the file --from reads"),
+    (["env", "diff", "l.lock", "latest", "--json", "l.lock"], "--json l.lock is the file A reads"),
+])
+def test_an_output_that_is_the_lock_the_command_reads_is_refused(project, capsys, argv, says):
+    write_lock(project / "l.lock")
+    before = digest(project / "l.lock")
+    said = usage_error(argv, capsys)
+    assert f"{says}; give another path" in said
+    assert digest(project / "l.lock") == before  # the run used to remove the lock before reading it
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["env", "lock", "l.lock", "-o", ""], "--output"),
+    (["env", "constraints", "--from", "l.lock", "-o", ""], "--output"),
+    (["env", "diff", "l.lock", "l.lock", "--json", ""], "--json"),
+    (["env", "consistency", "--target", "current", "--json", ""], "--json"),
+    (["run", "--target", "current", "--junit", ""], "--junit"),
+    (["calibrate", "--target", "current", "--json", ""], "--json"),
+])
+def test_an_empty_output_path_is_refused(project, capsys, argv, option):
+    write_lock(project / "l.lock")
+    said = usage_error(argv, capsys)
+    assert f"{option} '': give a file path" in said
+    assert not (project / ".modelci").exists()
