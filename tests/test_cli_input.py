@@ -187,10 +187,55 @@ def test_env_export_into_a_file_says_so(alarmed, capsys):
     ("modelci.toml", b"[checks]\ntiming_factor = nan\n", "must be a finite number"),
     ("modelci.toml", b"[checks]\ntiming_factor = 0.5\n", "must be 1 or more"),
     ("modelci.toml", b"[checks]\nrtol = -1\n", "'rtol' must not be negative"),
+    # each of these was a traceback: a home folder that cannot be found, a NUL the OS refuses, tomllib's recursion,
+    # and a timeout past what select() takes (the run failed when its first workload started)
+    ("modelci.toml", b'db = "~nosuchuser-modelci/x.db"\n', "~nosuchuser-modelci is no user's home folder here"),
+    ("modelci.toml", b'artifacts = "~nosuchuser-modelci/a"\n', "~nosuchuser-modelci is no user's home folder"),
+    ("modelci.toml", b'db = "a\\u0000b"\n', "holds a NUL character"),
+    ("modelci.toml", b"[checks]\nx = " + b"[" * 2000 + b"]" * 2000 + b"\n", "nested too deeply to read"),
+    ("modelci.toml", b"timeout = 1e10\n", "must be 31536000 or less"),
 ])
 def test_a_bad_config_file_is_named_with_what_is_wrong(project, capsys, name, content, says):
     (project / name).write_bytes(content)
     assert says in usage_error(["config"], capsys)
+
+
+def test_a_home_folder_that_does_not_exist_is_refused_from_the_environment_too(project, capsys, monkeypatch):
+    monkeypatch.setenv("MODELCI_CACHE_DIR", "~nosuchuser-modelci/cache")
+    assert "cache_dir = '~nosuchuser-modelci/cache' (from env:MODELCI_CACHE_DIR)" in usage_error(["config"], capsys)
+
+
+def test_a_db_given_on_the_command_line_or_in_the_environment_is_relative_to_the_current_folder(project,
+                                                                                               monkeypatch):
+    from modelci import config
+
+    (project / "sub").mkdir()
+    (project / "sub" / "modelci.toml").write_text('db = "h.db"\n')
+    file = project / "sub" / "modelci.toml"
+    assert config.load(config_file=file, cwd=project, environ={}).db == str(project / "sub" / "h.db")
+    assert config.load(cli={"db": "here.db"}, config_file=file, cwd=project, environ={}).db == \
+        str(project / "here.db")
+    assert config.load(config_file=file, cwd=project, environ={"MODELCI_DB": "e.db"}).db == str(project / "e.db")
+
+
+def test_an_argument_that_is_not_utf8_is_refused_by_name(project, capsys):
+    said = usage_error(["history", "\udcff\udcfe"], capsys)
+    assert "the argument b'\\xff\\xfe' is not UTF-8 text" in said
+
+
+def test_a_binary_file_given_as_a_lock_is_named(project, capsys):
+    (project / "r.bin").write_bytes(bytes(range(256)) * 4)
+    assert "r.bin is no lock file: it is not UTF-8 text" in usage_error(["env", "diff", "r.bin", "r.bin"], capsys)
+
+
+def test_env_check_refuses_a_history_named_on_the_command_line_that_does_not_exist(project, capsys):
+    said = usage_error(["--db", "typo/histroy.db", "env", "check"], capsys)
+    assert "there is no history database" in said
+    assert not (project / "typo").exists()
+    # a project's own history before its first run: the constraints are checked, and no empty history is made
+    assert cli.main(["env", "check"]) == 0
+    assert "no history at" in capsys.readouterr().out
+    assert not (project / ".modelci").exists()
 
 
 def test_a_seed_beyond_what_python_accepts_is_refused_from_the_environment_too(project, capsys, monkeypatch):

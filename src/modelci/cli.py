@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser, modules = build_parser()
     args = parser.parse_args(argv)
     args.command_line = "modelci " + " ".join(shlex.quote(a) for a in argv)
-    from rich.markup import escape
+    from modelci.report.console import escape
 
     from modelci import cancel
     from modelci import config as config_module
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cancel.install()
     try:
+        _check_utf8(argv)
         cli_values = {"db": args.db}
         for name in ("runner", "timeout", "repeats"):
             cli_values[name] = getattr(args, name, None)
@@ -66,6 +67,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console(stderr=True).print(f"[yellow]interrupted ({cancel.signal_name()})[/]")
         return cancel.exit_code()
+
+
+def _check_utf8(argv: list[str]) -> None:
+    """A UserError for an argument that is not UTF-8 text (Python keeps its bytes as lone surrogates): names,
+    paths and refs are stored and compared as UTF-8, and such a value failed deep in the database driver or the
+    JSON writer, with a traceback."""
+    from modelci.errors import UserError
+
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(arg)
+            raise UserError(f"the argument {shown!r} is not UTF-8 text; give names and paths in UTF-8") from None
 
 
 def entry() -> None:

@@ -73,8 +73,10 @@ class Config:
                                              "refused, compat still reads from it")
     cache_dir: str = option("~/.cache/modelci", "where environments and built wheels are cached")
     runner: str = option(socket.gethostname(), "runner label stored with every run (e.g. ci-cpu)")
+    #: at most a year: a timeout past what the OS's clocks and select() hold (about 9e9 s) failed the run with a
+    #: traceback when the first workload started; a year is "never" for a workload
     timeout: float = option(1800.0, "seconds one workload may take before it is killed and marked timeout",
-                            minimum=0, above=True)
+                            minimum=0, above=True, maximum=365 * 24 * 3600)
     #: at most 2**32 - 1: the seed is also each workload's PYTHONHASHSEED, which Python refuses beyond that (every
     #: workload would crash at start, and the run would read as a regression)
     seed: int = option(0, "seed handed to every workload", minimum=0, maximum=2**32 - 1)
@@ -177,6 +179,20 @@ def _tool_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
     return tool["modelci"]
 
 
+def absolute_path(value: str, base: Path, where: str) -> str:
+    """`value` (`~` and `~user` expanded) made absolute against `base`; `where` names the setting in a UserError."""
+    return str((base / _home(value, where)).resolve())
+
+
+def _home(value: str, where: str) -> str:
+    """`value` with `~`/`~user` expanded; a UserError, not a RuntimeError, when that user (or HOME) is unknown."""
+    try:
+        return str(Path(value).expanduser())
+    except RuntimeError:
+        raise UserError(f"{where}: {value.split('/', 1)[0]} is no user's home folder here; give the folder "
+                        "itself") from None
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; a syntax error names the file and the line."""
     try:
@@ -187,6 +203,9 @@ def read_toml(path: Path) -> dict[str, Any]:
                         "pass --config") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc}); fix the file or pass --config") from None
+    except RecursionError:  # tomllib parses nested arrays and tables by recursion
+        raise UserError(f"{path}: its arrays or tables are nested too deeply to read; fix the file or pass "
+                        "--config") from None
     except OSError as exc:
         raise UserError(f"cannot read config file {path}: {exc.strerror}") from None
 
@@ -236,8 +255,13 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
                         "as ci-cpu: runs are grouped and compared by it")
     for key in PATH_OPTIONS:
         if "://" not in values[key]:
-            values[key] = str((root / Path(values[key]).expanduser()).resolve())
-    values["cache_dir"] = str(Path(values["cache_dir"]).expanduser())
+            # a path in the file (or the default) is the project's, relative to the file's folder; one given on
+            # the command line or in the environment is the user's, relative to where the command runs, as
+            # every other command-line path is
+            base = cwd.resolve() if sources[key] == "cli" or sources[key].startswith("env:") else root
+            values[key] = absolute_path(values[key], base, f"{key} = {values[key]!r} (from {sources[key]})")
+    values["cache_dir"] = _home(values["cache_dir"], f"cache_dir = {values['cache_dir']!r} (from "
+                                                     f"{sources['cache_dir']})")
     checks = validate_policy(data.get("checks", {}), f"{where}: [checks]")
     overrides = validate_overrides(data.get("overrides", []), where)
     from modelci.alarms import settings as alarm_settings
@@ -264,6 +288,8 @@ def coerce(option: Option, value: Any, where: str) -> Any:
         if option.type is str:
             if not isinstance(value, str):
                 raise TypeError
+            if "\0" in value:  # a path or label cannot hold one; the OS refuses it, with a traceback
+                raise UserError(f"{where} holds a NUL character (\\0), got {value!r}; remove it")
             if option.choices and value not in option.choices:
                 raise UserError(f"{where} must be one of {', '.join(option.choices)}, got {value!r}")
             return value
@@ -407,5 +433,6 @@ def validate_env(table: Any, where: str, root: Path) -> dict[str, Any]:
     if not isinstance(overrides, dict) or not all(isinstance(v, str) for v in overrides.values()):
         raise UserError(f"{where}: key 'platform_overrides' must be a table of platform = \"file\" "
                         f"(e.g. linux-aarch64 = \"constraints/aarch64.txt\"), got {overrides!r}")
-    return {"constraints": [str((root / Path(f).expanduser()).resolve()) for f in files],
-            "platform_overrides": {k: str((root / Path(v).expanduser()).resolve()) for k, v in overrides.items()}}
+    return {"constraints": [absolute_path(f, root, f"{where}: key 'constraints'") for f in files],
+            "platform_overrides": {k: absolute_path(v, root, f"{where}: key 'platform_overrides'")
+                                   for k, v in overrides.items()}}

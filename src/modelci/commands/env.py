@@ -61,17 +61,18 @@ def main(args, cfg) -> int:
 
 
 def _lock(args, cfg) -> int:
-    from rich.markup import escape
+    from modelci.report.console import escape
 
     from modelci.envs import lockfile, refs
     from modelci.report.console import console
 
-    _outputs({"--output": args.output})
+    _outputs({"--output": args.output}, cfg)
     record = refs.resolve(args.ref, lambda: _store(cfg), cfg.cache_dir)
     lock = record.to_lock()
     if record.run:
         lock.target = refs.lock_target(record.run)
-    lockfile.write(args.output, lock)
+    with _writing({"--output": args.output}):
+        lockfile.write(args.output, lock)
     console().print(escape(f"wrote the lock of {record.label}: {len(lock.pins)} packages, environment {record.id} "
                            f"-> {args.output}"), highlight=False)
     return EXIT_OK
@@ -81,15 +82,18 @@ def _check(args, cfg) -> int:
     import sysconfig
 
     from modelci.envs import IndexConfig, lockfile
-    from rich.markup import escape
+    from modelci.report.console import escape
 
     from modelci.envs.check import check
     from modelci.report.console import console
 
     locks = [lockfile.read(path) for path in args.lock]
-    report = check(cfg.env, cfg.root, _store(cfg, create=True), locks=locks, files=args.files,
+    store = _store(cfg) if not locks and _history_exists(cfg) else None  # --lock: the locks, not the history
+    report = check(cfg.env, cfg.root, store, locks=locks, files=args.files,
                    pip_constraints=IndexConfig.from_pip().constraints, platform_tag=sysconfig.get_platform())
     out = console()
+    if store is None and not locks:
+        out.print(escape(f"no history at {cfg.db} yet: no stored run's environment was checked"), highlight=False)
     for line in report.checked:
         out.print(f"[dim]checked {escape(line)}[/]", highlight=False)
     for line in report.warnings:
@@ -109,12 +113,13 @@ def _constraints(args, cfg) -> int:
 
     from modelci.report import files
 
-    _outputs({"--output": args.output})
+    _outputs({"--output": args.output}, cfg, {"--from": args.source})
     record = refs.resolve(args.source, lambda: _store(cfg), cfg.cache_dir)
     lock = record.to_lock()
     text = constraints.derive(lock, args.level, args.only_direct, source=record.label)
     if args.output:
-        files.write_text(args.output, text)
+        with _writing({"--output": args.output}):
+            files.write_text(args.output, text)
         console().print(f"wrote {len(text.splitlines()) - 1} constraints -> {args.output}")
     else:
         print(text, end="")
@@ -122,12 +127,12 @@ def _constraints(args, cfg) -> int:
 
 
 def _diff(args, cfg) -> int:
-    from rich.markup import escape
+    from modelci.report.console import escape
 
     from modelci.envs import diff, refs
     from modelci.report.console import console, render_env_diff
 
-    _outputs({"--json": args.json_path})
+    _outputs({"--json": args.json_path}, cfg, {"A": args.a, "B": args.b})
     store = functools.cache(lambda: _store(cfg))
     a, b = (refs.resolve(ref, store, cfg.cache_dir) for ref in (args.a, args.b))
     result = diff.diff(a.id, a.lock, a.fingerprint, b.id, b.lock, b.fingerprint)
@@ -142,13 +147,13 @@ def _diff(args, cfg) -> int:
 
 
 def _consistency(args, cfg) -> int:
-    from rich.markup import escape
+    from modelci.report.console import escape
     from rich.table import Table
 
     from modelci.envs.consistency import consistency
     from modelci.report.console import console
 
-    _outputs({"--json": args.json_path})
+    _outputs({"--json": args.json_path}, cfg)
     result = consistency(_store(cfg), args.target)
     out = console()
     runners = sorted(result.runners)
@@ -171,7 +176,7 @@ def _consistency(args, cfg) -> int:
 
 
 def _export(args, cfg) -> int:
-    from rich.markup import escape
+    from modelci.report.console import escape
 
     from modelci.envs import export, refs
     from modelci.report.console import console
@@ -200,6 +205,18 @@ def _gc(args, cfg) -> int:
     return EXIT_OK
 
 
+def _history_exists(cfg) -> bool:
+    """Whether `env check` reads the environments in use from the history. A project's own history (its config
+    file's db, or the default) may not exist yet, before its first run: then there are none, and only the
+    constraints files are checked. One named on the command line or in MODELCI_DB must exist: a mistyped path
+    passed the check, and left an empty history behind for the next command to read as "no runs"."""
+    from modelci.store import sqlite_file
+
+    path = sqlite_file(cfg.db)
+    source = cfg.sources.get("db", "default")
+    return path is None or path.exists() or source == "cli" or source.startswith("env:")
+
+
 def _store(cfg, create: bool = False):
     """The history; the commands that read runs from it refuse one that does not exist yet (see Store)."""
     from modelci.store import Store
@@ -207,14 +224,24 @@ def _store(cfg, create: bool = False):
     return Store.from_config(cfg, create=create)
 
 
-def _outputs(paths: dict[str, str | None]) -> None:
-    """Refuse, before any work, an output file that cannot be written (a folder, a missing folder)."""
+def _outputs(paths: dict[str, str | None], cfg, inputs: dict[str, str | None] | None = None) -> None:
+    """Refuse, before any work, an output file that cannot be written (a folder, a missing folder, an empty path)
+    or that is the history database or a lock file (`inputs`) the command reads."""
+    from modelci.report import files
+    from modelci.store import sqlite_file
+
+    files.prepare(paths, remove=False, history=sqlite_file(cfg.db), inputs=inputs)
+
+
+def _writing(paths: dict[str, str | None]):
+    """A file the block cannot write (a full disk) is a message naming its option (report.files.writing)."""
     from modelci.report import files
 
-    files.prepare(paths, remove=False)
+    return files.writing(paths)
 
 
 def _write_json(path: str, data: dict) -> None:
     from modelci.report import files
 
-    files.write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    with files.writing({"--json": path}):
+        files.write_text(path, json.dumps(data, indent=2, default=str) + "\n")

@@ -37,7 +37,8 @@ class CheckReport:
 
 def check(settings: dict[str, Any], root: Path, store: Any, *, locks: list[Lock] = (), files: list[str] = (),
           pip_constraints: list[str] = (), platform_tag: str = "") -> CheckReport:
-    """Check the `[env]` constraints against the project's files, the environments in use and `locks`."""
+    """Check the `[env]` constraints against the project's files, the environments in use and `locks`; `store`
+    None is a project with no history yet (no environment in use)."""
     report = CheckReport()
     configured = list(settings.get("constraints", []))
     overrides = dict(settings.get("platform_overrides", {}))
@@ -57,7 +58,7 @@ def check(settings: dict[str, Any], root: Path, store: Any, *, locks: list[Lock]
         elif path not in consumed:
             report.problems.append(f"{path} is not consumed: no environment reads it. Add it to [env] constraints "
                                    "(or [env] platform_overrides) in the config, or delete it")
-    checked_locks = list(locks) or _locks_in_use(store, settings, report)
+    checked_locks = list(locks) or (_locks_in_use(store, settings, report) if store is not None else [])
     for lock in checked_locks:
         merged = cons.load(configured, overrides, lock.platform or platform_tag)
         label = lock.file or lock.source or f"environment {lock.environment}"

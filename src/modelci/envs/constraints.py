@@ -76,10 +76,13 @@ def parse_file(path: str | Path) -> list[Constraint]:
     """Read one constraints file; an unreadable file or a line that is not a requirement is a UserError naming it."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read constraints file {path}: {exc.strerror}; fix the path in [env] constraints "
                         "(relative paths are from the config file's folder)") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"constraints file {path} is not UTF-8 text (byte {exc.start}); a constraints file is "
+                        "pip's requirement lines: fix it, or the path in [env] constraints") from None
     entries = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split(" #", 1)[0].strip()

@@ -91,8 +91,9 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}; is {folder} an export bundle (`modelci env export`)?") from None
-    if data.get("schema") != BUNDLE_SCHEMA:
-        raise UserError(f"{path} has schema {data.get('schema')!r}; this modelci reads {BUNDLE_SCHEMA!r}. "
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema != BUNDLE_SCHEMA:
+        raise UserError(f"{path} has schema {schema!r}; this modelci reads {BUNDLE_SCHEMA!r}. "
                         "Use the modelci that wrote it")
     return data
 

@@ -136,9 +136,12 @@ def read(path: str | Path) -> Lock:
     """Read a lock file; a missing file, another schema or a line that is not a pin is a UserError naming it."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot read lock file {path}: {exc.strerror}; write one with `modelci env lock`") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path} is no lock file: it is not UTF-8 text (byte {exc.start}); give the file that "
+                        "`modelci env lock` writes") from None
     lock = parse(text, str(path))
     lock.file = str(path)
     for wheel in lock.wheels:  # an export bundle names its wheels relative to itself
