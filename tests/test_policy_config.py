@@ -112,6 +112,11 @@ active = true
     ('[[notify]]\nkind = "markdown"\n', "kind 'markdown' needs key 'path' or 'path_env'"),
     ('[alarms]\nstale_after_days = -1\n', "[alarms]: key 'stale_after_days' must not be negative"),
     ('[alarms]\nstale_days = 3\n', "[alarms]: unknown key 'stale_days'"),
+    # past what a timedelta holds, the stale check failed after the run was stored, with a traceback
+    ('[alarms]\nstale_after_days = 1000000000\n',
+     "[alarms]: key 'stale_after_days' must be 36,500 or less (0 means never), got 1000000000"),
+    ('[alarms]\nauto_resolve_after_recovered_runs = 9223372036854775808\n',
+     "key 'auto_resolve_after_recovered_runs' must be 1,000,000 or less"),
 ])
 def test_bad_tables_are_user_errors_naming_the_file_entry_and_key(tmp_path, toml, message):
     with pytest.raises(UserError) as error:

@@ -14,6 +14,7 @@ from datetime import date
 from typing import Any
 
 from modelci.errors import UserError
+from modelci.workload.api import MEASURED_PREFIXES, RESERVED_METRICS
 
 #: the metrics the harness itself records (workload/child.py); a `time.`/`mem.` name outside these is a typo
 BUILTIN_METRICS = ("status", "loss", "time.setup", "time.train", "time.infer", "mem.peak_rss", "mem.peak_device")
@@ -31,11 +32,15 @@ ALARM_SETTINGS: dict[str, tuple[type, Any, str]] = {
         int, 0, "resolve a recovered alarm after this many runs in a row without the finding (0: only a person)"),
     "changes": (bool, True, "look for change points in each series after every run"),
 }
+#: the largest value of each [alarms] number: a century of days, a million runs. Larger ones mean "never" as
+#: well as 0 does, and beyond what a date can hold (999,999,999 days) or SQLite's integers the check that reads
+#: them would fail after the run is stored, with a traceback in place of its alarms and report files
+ALARM_MAXIMA = {"stale_after_days": 36_500, "auto_resolve_after_recovered_runs": 1_000_000}
 
 
 def is_builtin_metric(pattern: str) -> bool:
     """Whether a metric name or glob belongs to the harness's own metrics (status, loss, time.*, mem.*)."""
-    return pattern in ("status", "loss") or pattern.startswith(("time.", "mem."))
+    return pattern in RESERVED_METRICS or pattern.startswith(MEASURED_PREFIXES)
 
 
 def validate_policy_entries(entries: Any, where: str, validate_settings: Callable[[Any, str], dict]) -> list[dict]:
@@ -234,6 +239,9 @@ def validate_alarm_settings(table: Any, where: str) -> dict[str, Any]:
         value = _typed(table[key], kind, f"{label}: key {key!r}") if key in table else default
         if kind is int and value < 0:
             raise UserError(f"{label}: key {key!r} must not be negative, got {value!r}")
+        if kind is int and value > ALARM_MAXIMA[key]:
+            raise UserError(f"{label}: key {key!r} must be {ALARM_MAXIMA[key]:,} or less (0 means never), "
+                            f"got {value!r}")
         settings[key] = value
     return settings
 
