@@ -8,7 +8,7 @@ import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 import modelci
@@ -144,16 +144,31 @@ def workload_environ(config: Config) -> dict[str, str]:
 def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo],
                          provided: dict[str, str] | None = None) -> list[str]:
     """The workloads' needs (their `requires` and their framework) that the environment does not satisfy;
-    `provided` (name -> version) is what is on the path besides it (a pythonpath build's package)."""
+    `provided` (name -> version) is what is on the path besides it (a pythonpath build's package).
+
+    Discovery refuses a workload whose `requires` is no list of valid requirement strings (`select`), so each
+    entry parses here; one that does not anyway (a saved model's manifest, written by an older modelci) is a
+    UserError naming the workload and the entry, never a traceback, and is never handed to the installer.
+    """
     given = {canonicalize_name(name): version for name, version in (provided or {}).items()}
     pins = parse_lock(env.lock)
     pins.update({name: version for name, version in given.items() if version})
     needed: list[str] = []
     for workload in workloads:
-        wants = list(workload.requires)
-        wants.extend(frameworks.requirements(workload.framework, pins))
+        who = f"workload {workload.id}" if getattr(workload, "id", "") else "a saved model's workload"
+        requires = workload.requires
+        if isinstance(requires, str) or not isinstance(requires, (list, tuple)):
+            raise UserError(f"{who}: `requires` must be a list of requirement strings, not {requires!r}")
+        wants = list(requires)
+        framework = workload.framework if isinstance(workload.framework, str) else ""
+        wants.extend(frameworks.requirements(framework, pins))
         for text in wants:
-            requirement = Requirement(text)
+            try:
+                requirement = Requirement(text)
+            except (InvalidRequirement, TypeError):
+                why = requirement_problem(text) if isinstance(text, str) else "not a string"
+                raise UserError(f"{who}: `requires` holds {text!r}, which is not a valid requirement ({why}); "
+                                "give requirement strings such as \"numpy>=1.26\"") from None
             have = pins.get(canonicalize_name(requirement.name))
             if have is None and canonicalize_name(requirement.name) in given:
                 continue  # on the path, version unknown: it is the target itself
@@ -162,8 +177,39 @@ def missing_requirements(env: envs.Environment, workloads: list[WorkloadInfo],
     return sorted(needed)
 
 
+def requirement_problem(text: str) -> str:
+    """Why `text` is not a requirement string, or "" (packaging's reading, its first line: it adds the text and
+    a caret below)."""
+    try:
+        Requirement(text)
+    except InvalidRequirement as exc:
+        return (str(exc).splitlines() or ["unreadable"])[0]
+    return ""
+
+
+def requirement_errors(found: dict[str, Any]) -> dict[str, Any]:
+    """Discovery's result with each workload whose `requires` holds a string that is not a requirement moved to
+    its errors, as an `error` of that workload alone. The child checks that `requires` is a list of strings; the
+    grammar is packaging's, read here in the parent (the environment under test may not have packaging), before
+    the installer is handed a line such as "numpy\\n--index-url http://...", and before it stopped the run."""
+    workloads, errors = [], list(found["errors"])
+    for workload in found["workloads"]:
+        bad = next(((text, why) for text in workload["requires"] if (why := requirement_problem(text))), None)
+        if bad is None:
+            workloads.append(workload)
+            continue
+        errors.append({key: workload.get(key) for key in ("suite", "file", "line", "code_hash")}
+                      | {"workload": workload["id"],
+                         "message": f"class {workload['class']}: `requires` holds {bad[0]!r}, which is not a valid "
+                                    f"requirement ({bad[1]}); write each as a package name with optional extras, "
+                                    'version specifiers and marker ("numpy>=1.26,<3")'})
+    return found | {"workloads": workloads, "errors": errors}
+
+
 def select(found: dict[str, Any], pattern: str | None) -> tuple[list[WorkloadInfo], list[dict[str, Any]]]:
-    """Filter discovered workloads with -k (`selection.select`); a pattern that selects none is a UserError."""
+    """Filter discovered workloads with -k (`selection.select`); a pattern that selects none is a UserError.
+    A workload whose `requires` is not requirements is an error of its own (`requirement_errors`)."""
+    found = requirement_errors(found)
     workloads = [WorkloadInfo.from_json(w) for w in found["workloads"]]
     errors = list(found["errors"])
     if pattern:

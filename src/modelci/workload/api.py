@@ -17,9 +17,66 @@ class SkipWorkload(Exception):
 
 
 def shown(value: Any) -> str:
-    """A value a workload gave, in a message: its type and a repr cut to 60 characters."""
-    text = repr(value)
+    """A value a workload gave, in a message: its type and a repr cut to 60 characters (its type alone when its
+    repr raises: the message must not fail on the very value it is about)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - the workload's own __repr__ may raise anything
+        return f"{type(value).__name__} (its repr() raised)"
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def exception_message(exc: BaseException) -> str | None:
+    """`str(exc)`, or None when the exception's own `__str__` raises (or returns no string)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - the workload's own __str__ may raise anything
+        return None
+
+
+def exception_text(exc: BaseException) -> str:
+    """`Type: message` of an exception, safe against an exception whose `__str__` itself raises: then the type
+    name and what its str() raised. Every reason the child writes goes through here, since a failure in
+    formatting the failure would lose the result and leave only an exit code."""
+    name = type(exc).__name__
+    try:
+        return f"{name}: {str(exc)}"
+    except Exception as err:  # noqa: BLE001 - the workload's own __str__ may raise anything
+        return f"<{name}; its str() raised {type(err).__name__}>"
+
+
+def exception_repr(exc: BaseException) -> str:
+    """`SystemExit(0)`, `KeyboardInterrupt()`: an exception as the code that raised it wrote it; the type name
+    alone when its repr raises."""
+    try:
+        return repr(exc)
+    except Exception:  # noqa: BLE001 - the workload's own __repr__ may raise anything
+        return type(exc).__name__
+
+
+#: the metrics the harness records itself (`child.run_phases`, `child.execute`): a workload's own metric of one of
+#: these names would replace the harness's figure, and `time.*`/`mem.*` are read as timings and memory by the
+#: checks, `output:NAME` names an inference output in the policy, `status` the result's status. The settings
+#: checks (alarms/settings.is_builtin_metric) read the first two too: one list of the harness's own metrics
+RESERVED_METRICS = ("status", "loss")
+MEASURED_PREFIXES = ("time.", "mem.")
+RESERVED_PREFIXES = (*MEASURED_PREFIXES, "output:")
+#: the longest metric name the history stores
+METRIC_NAME_MAX = 200
+
+
+def metric_name_problem(name: Any) -> str:
+    """Why a workload cannot record a metric named `name`, or "" when it can."""
+    if not isinstance(name, str) or not name.strip():
+        return "a metric name is a non-empty string"
+    if len(name) > METRIC_NAME_MAX:
+        return f"the name is {len(name)} characters long; the most is {METRIC_NAME_MAX}"
+    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in name):
+        return "a metric name may not hold a newline or another control character"
+    if name in RESERVED_METRICS or name.startswith(RESERVED_PREFIXES):
+        return ("the harness records that name itself (loss, status, time.*, mem.*, output:*); give your metric "
+                "a name of its own, such as 'accuracy' or 'loss_d'")
+    return ""
 
 
 @dataclass
@@ -44,7 +101,15 @@ class Context:
         return random.Random(self.seed * 1_000_003 + offset)
 
     def record(self, name: str, value: float) -> None:
-        """Record one sample of a user metric (e.g. `accuracy`); it is stored and compared like the others."""
+        """Record one sample of a user metric (e.g. `accuracy`); it is stored and compared like the others.
+
+        A name the harness records itself (`loss`, `time.*`, `mem.*`) is refused here, in the call that gave it:
+        stored, it would replace the harness's own figure (a recorded `time.train` became the run's train time).
+        """
+        problem = metric_name_problem(name)
+        if problem:
+            label = repr(name) if isinstance(name, str) else shown(name)
+            raise ValueError(f"ctx.record({label}, ...) refused the name: {problem}")
         try:
             number = float(value)
         except (TypeError, ValueError):

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from modelci.workload import lifeline, npy
-from modelci.workload.api import Context, SkipWorkload, Workload, shown
+from modelci.workload.api import (Context, SkipWorkload, Workload, exception_message, exception_repr, exception_text,
+                                  shown)
 from modelci.workload import frameworks
 from modelci.workload.frameworks import get_helper
 from modelci.workload.processes import framework_hazard, signal_name, thread_count
@@ -168,6 +169,74 @@ def counts_problem(cls: type) -> str:
     return ""
 
 
+#: the whole-number attributes the child reads besides `devices` and `nodes`: name -> (least, what it means).
+#: `steps = 0` is a workload without training (no loss curve, no train time: run_phases records none), and
+#: `warmup = 0` times the first inference too; a run needs at least one timed inference.
+WHOLE_NUMBERS = {
+    "steps": (0, "the training steps to record; 0: none"),
+    "warmup": (0, "the untimed inference calls before the timed ones"),
+    "repeats": (1, "the timed inference calls"),
+}
+
+
+def numbers_problem(cls: type) -> str:
+    """What is wrong with a workload's `steps`, `warmup` or `repeats`, or "". A wrong one used to stop discovery
+    of the whole suite (`int("x")`), and a negative one was taken for none."""
+    for attribute, (least, meaning) in WHOLE_NUMBERS.items():
+        value = getattr(cls, attribute)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            return f"`{attribute}` must be a whole number, {least} or more ({meaning}), not {shown(value)}"
+    return ""
+
+
+def requires_problem(requires: Any) -> str:
+    """What is wrong with a workload's `requires`, or "" (a list or tuple of strings).
+
+    A string is refused, not read as a list: `list("scipyx")` asked the installer for the packages c, i, p, s, x
+    and y. Whether each string is a requirement is the parent's to check, with packaging (steps.select): the
+    environment under test may not have it, and a grammar written again here would be a second owner of it.
+    """
+    example = 'e.g. requires = ["scipy>=1.11"]'
+    if not isinstance(requires, (list, tuple)):
+        return f"`requires` must be a list of requirement strings ({example}), not {shown(requires)}"
+    for entry in requires:
+        if not isinstance(entry, str):
+            return f"`requires` holds {shown(entry)}; give a list of requirement strings ({example})"
+    return ""
+
+
+def formats_problem(formats: Any) -> str:
+    """What is wrong with a workload's `formats`, or "" (a list or tuple of format names). A format names the
+    file or folder the model is saved at, so its name follows the rule of workload names."""
+    if not isinstance(formats, (list, tuple)):
+        return (f"`formats` must be a tuple of format names (e.g. formats = (\"npz\",)), not {shown(formats)}; "
+                "a single format is (\"npz\",), with the comma")
+    for fmt in formats:
+        if not isinstance(fmt, str) or name_problem(str(fmt)):
+            return (f"`formats` holds {shown(fmt)}; a format name is a non-empty string of letters, digits and "
+                    "_ . - + =, as the helper's formats (\"state_dict\", \"npz\") or a modelci.Format")
+    return ""
+
+
+def text_problem(cls: type) -> str:
+    """What is wrong with a workload's `framework` or `domain`, or "" (strings; which frameworks exist is the
+    child's to say when it runs the workload, with the registry's names)."""
+    if not isinstance(cls.framework, str) or not cls.framework:
+        return f"`framework` must be the name of a framework such as \"torch\", not {shown(cls.framework)}"
+    if not isinstance(cls.domain, str):
+        return f"`domain` must be a string such as \"vision\", not {shown(cls.domain)}"
+    return ""
+
+
+def attributes_problem(cls: type[Workload]) -> str:
+    """What is wrong with any class attribute that discovery or the child reads (`resources`, `devices`,
+    `nodes`, `steps`, `warmup`, `repeats`, `formats`, `requires`, `framework`, `domain`), or "". Each names the
+    attribute, the value and what to give; a class with a wrong one is an error of its own, and the other
+    workloads of its suite still run."""
+    return (resources_problem(getattr(cls, "resources", {})) or counts_problem(cls) or numbers_problem(cls)
+            or formats_problem(cls.formats) or requires_problem(cls.requires) or text_problem(cls))
+
+
 def name_problem(name: Any) -> str:
     """Why `name` cannot be a workload name (the rule it breaks), or "" when it can."""
     if not isinstance(name, str) or not name:
@@ -247,7 +316,7 @@ def failure_traceback(exc: BaseException) -> str:
 
 
 def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dict[str, Any]:
-    """The discovery record of one workload class."""
+    """The discovery record of one workload class, whose attributes `attributes_problem` found right."""
     return {
         "id": f"{suite}/{cls.workload_name()}",
         "name": cls.workload_name(),
@@ -256,14 +325,34 @@ def describe(cls: type[Workload], suite: str, path: Path, code_hash: str) -> dic
         "file": str(path),
         "framework": cls.framework,
         "domain": cls.domain,
-        "steps": int(cls.steps),
-        "formats": list(cls.formats),
-        "devices": int(cls.devices),
-        "nodes": int(getattr(cls, "nodes", 1)),
+        "steps": cls.steps,
+        "formats": [str(fmt) for fmt in cls.formats],
+        "devices": cls.devices,
+        "nodes": getattr(cls, "nodes", 1),
         "requires": list(cls.requires),
         "resources": {str(k): float(v) for k, v in dict(getattr(cls, "resources", {})).items()},
         "code_hash": code_hash,
     }
+
+
+def shown_name(cls: type[Workload]) -> str:
+    """The workload name of `cls` as a message shows it (repr), safe against a `name` that cannot be shown."""
+    try:
+        return repr(cls.workload_name())
+    except Exception:  # noqa: BLE001 - a `name` whose repr raises is still a wrong name
+        return f"of type {type(getattr(cls, 'name', None)).__name__}"
+
+
+def workload_id(suite: str, path: Path, cls: type[Workload]) -> str:
+    """The id an error of class `cls` is stored under: its workload id when its name is a usable one, else the
+    file and the class (a name that is not a string cannot make an id)."""
+    try:
+        name = cls.workload_name()
+    except Exception:  # noqa: BLE001 - see shown_name
+        name = None
+    if isinstance(name, str) and not name_problem(name):
+        return f"{suite}/{name}"
+    return f"{suite}/{path.name}:{cls.__name__}"
 
 
 def discover(suites: dict[str, Path]) -> dict[str, Any]:
@@ -278,7 +367,7 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
                 classes = workload_classes(module)
             except BaseException as exc:  # noqa: BLE001 - a suite file may raise anything, even SystemExit
                 line = error_location(exc, path)
-                message = f"{type(exc).__name__}: {exc}"
+                message = exception_text(exc)
                 helper = helper_location(exc, path)
                 if helper:  # the line of `path` is where it imports the helper; say where the helper failed
                     message += f" (in {helper[0]}, line {helper[1]})"
@@ -294,19 +383,22 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
                 )
                 continue
             for cls in classes:
-                problem = name_problem(cls.workload_name())
-                wrong = resources_problem(getattr(cls, "resources", {})) or counts_problem(cls)
+                where = {"suite": suite, "file": str(path), "line": source_line(cls), "code_hash": digest}
+                try:
+                    problem = name_problem(cls.workload_name())
+                    wrong = "" if problem else attributes_problem(cls)
+                    found = None if problem or wrong else describe(cls, suite, path, digest)
+                except Exception as exc:  # noqa: BLE001 - a class attribute may raise when read; only its class fails
+                    problem, wrong = "", f"reading its attributes raised {exception_text(exc)}"
                 if problem:
-                    errors.append({"suite": suite, "file": str(path), "line": source_line(cls), "code_hash": digest,
-                                   "workload": f"{suite}/{path.name}:{cls.__name__}",
-                                   "message": f"class {cls.__name__}: workload name {cls.workload_name()!r} is not "
-                                              f"allowed: {problem}; set `name` to one that is"})
+                    errors.append(where | {"workload": f"{suite}/{path.name}:{cls.__name__}",
+                                           "message": f"class {cls.__name__}: workload name {shown_name(cls)} is "
+                                                      f"not allowed: {problem}; set `name` to one that is"})
                 elif wrong:
-                    errors.append({"suite": suite, "file": str(path), "line": source_line(cls), "code_hash": digest,
-                                   "workload": f"{suite}/{cls.workload_name()}",
-                                   "message": f"class {cls.__name__}: {wrong}"})
+                    errors.append(where | {"workload": workload_id(suite, path, cls),
+                                           "message": f"class {cls.__name__}: {wrong}"})
                 else:
-                    workloads.append(describe(cls, suite, path, digest) | {"line": source_line(cls)})
+                    workloads.append(found | {"line": where["line"]})
     return {"protocol": PROTOCOL, "workloads": workloads, "errors": errors + duplicates(workloads)}
 
 
@@ -471,7 +563,9 @@ def save_outputs(outputs: Any, helper: Any, folder: Path) -> dict[str, dict[str,
         try:
             dtype, shape = npy.save(path, helper.to_numpy(value))
         except (TypeError, ValueError) as exc:  # a value numpy cannot make one numeric array of
-            raise TypeError(f"output {name!r} ({shown(value)}) cannot be stored: {exc}") from None
+            why = exception_message(exc)
+            raise TypeError(f"output {name!r} ({shown(value)}) cannot be stored: "
+                            f"{exception_text(exc) if why is None else why}") from None
         written[name] = {"file": str(path.relative_to(folder.parent)), "dtype": dtype, "shape": shape}
     return written
 
@@ -557,7 +651,7 @@ def save_format(workload: Workload, cls: type[Workload], ctx: Context, helper: A
     try:
         (workload.save if overrides(cls, "save") else lambda c, f, p: helper.save(workload, c, f, p))(ctx, fmt, path)
     except Exception as exc:  # noqa: BLE001 - a failed save is recorded, the run goes on
-        return {"format": fmt, "status": "failed", "reason": f"{type(exc).__name__}: {exc}",
+        return {"format": fmt, "status": "failed", "reason": exception_text(exc),
                 "traceback": failure_traceback(exc)}
     missing = nothing_saved(path)
     if missing:
@@ -724,6 +818,29 @@ class Placement:
                 "node_address": self.node_address}
 
 
+#: the workload's method running in each phase of `run_phases`, for a reason that names the call
+PHASE_CALLS = {"setup": "setup()", "train": "train_step()", "infer": "infer()", "save": "save()"}
+
+
+def exit_reason(exc: BaseException, phase: str) -> str:
+    """The reason of a workload that raised a BaseException that is not an Exception (`sys.exit(0)`, `raise
+    KeyboardInterrupt`): the call and what it raised.
+
+    The harness never stops a child this way: it ends a child with SIGKILL (its supervisor with SIGTERM, whose
+    default action ends the process without raising), and a child runs in a session of its own, out of reach of
+    the terminal's Ctrl-C. So such an exception is the workload's own, and a `failed` result with its traceback,
+    as any exception in a workload is; left to end the process, it gave a `crashed` result with no reason.
+    """
+    call = PHASE_CALLS.get(phase, "the workload (importing or preparing it)")
+    return f"{call} raised {exception_repr(exc)}, which would end the process; raise an ordinary exception to fail"
+
+
+def skip_reason(exc: SkipWorkload) -> str:
+    """The reason of a skipped workload: what SkipWorkload says, safe against a message that cannot be shown."""
+    why = exception_message(exc)
+    return exception_text(exc) if why is None else why or "skipped by the workload"
+
+
 def execute(args: argparse.Namespace) -> int:
     """Run one workload and write result.json; exceptions become `failed` (or `skipped`) results.
 
@@ -788,9 +905,12 @@ def execute(args: argparse.Namespace) -> int:
         if peak_device is not None:
             rec.metric("mem.peak_device", "samples", "bytes", [peak_device])
     except SkipWorkload as exc:
-        rec.data.update(status="skipped", reason=str(exc) or "skipped by the workload")
+        rec.data.update(status="skipped", reason=skip_reason(exc))
     except Exception as exc:  # noqa: BLE001 - any exception in the workload is a `failed` result
-        rec.data.update(status="failed", reason=f"{type(exc).__name__}: {exc} (in {rec.data['phase']})")
+        rec.data.update(status="failed", reason=f"{exception_text(exc)} (in {rec.data['phase']})")
+        rec.data["traceback"] = failure_traceback(exc)
+    except BaseException as exc:  # noqa: BLE001 - the workload's own SystemExit or KeyboardInterrupt, see exit_reason
+        rec.data.update(status="failed", reason=f"{exit_reason(exc, rec.data['phase'])} (in {rec.data['phase']})")
         rec.data["traceback"] = failure_traceback(exc)
     if helper is not None and rec.data["info"].get("world_size"):
         try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from modelci.workload import lifeline
-from modelci.workload.api import Context, SkipWorkload, Workload
+from modelci.workload.api import Context, SkipWorkload, Workload, exception_repr, exception_text
 from modelci.workload.child import (
     drop_working_directory,
     enter_suite,
@@ -39,6 +39,7 @@ from modelci.workload.child import (
     overrides,
     parse_suites,
     save_outputs,
+    skip_reason,
 )
 from modelci.workload import frameworks
 from modelci.workload.frameworks import get_helper
@@ -166,8 +167,8 @@ class Jobs:
             record.update(status="missing", reason=str(exc))
         except SkipWorkload as exc:
             # the workload itself says it cannot do this here: closest to a format this version lacks
-            record.update(status="unsupported", reason=f"skipped by the workload: {exc}")
-        except Exception as exc:  # noqa: BLE001 - whatever the framework raises on load is the finding
+            record.update(status="unsupported", reason=f"skipped by the workload: {skip_reason(exc)}")
+        except BaseException as exc:  # noqa: BLE001 - whatever the framework raises on load is the finding
             raise_as_failed(record, exc)
         return record
 
@@ -179,15 +180,28 @@ class Jobs:
             record["phase"] = "setup"
             workload.setup(ctx)
             self.inputs(workload, helper, record)
-        except Exception as exc:  # noqa: BLE001 - the inputs are optional: the seed alone still reproduces them
+        except BaseException as exc:  # noqa: BLE001 - the inputs are optional: the seed alone still reproduces them
             raise_as_failed(record, exc)
         return record
 
 
+#: the workload's method running in each phase of a job, for a reason that names the call
+PHASE_CALLS = {"setup": "setup()", "inputs": "example_inputs()", "load": "load()", "infer": "infer()"}
+
+
 def raise_as_failed(record: dict[str, Any], exc: BaseException) -> None:
-    """Mark a record `load_failed` with the exception, the phase it came from, and the traceback."""
-    record.update(status="load_failed", reason=f"{type(exc).__name__}: {exc} (in {record['phase']})",
-                  traceback=failure_traceback(exc))
+    """Mark a record `load_failed` with the exception, the phase it came from, and the traceback.
+
+    The reason is formatted safely (an exception whose `__str__` raises gave no record at all), and a workload's
+    own SystemExit or KeyboardInterrupt is a failure of its job like any exception, not the end of the process
+    and of every job after it: the parent stops this process with signals (child.exit_reason says why).
+    """
+    if isinstance(exc, Exception):
+        reason = exception_text(exc)
+    else:
+        call = PHASE_CALLS.get(record["phase"], "the workload (importing it)")
+        reason = f"{call} raised {exception_repr(exc)}, which would end the process; raise an ordinary exception"
+    record.update(status="load_failed", reason=f"{reason} (in {record['phase']})", traceback=failure_traceback(exc))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -144,7 +144,9 @@ def preload(names: list[str], done: list[str], skipped: dict[str, str]) -> str:
             with counting_threads(name):
                 importlib.import_module(name)
         except BaseException as exc:  # noqa: BLE001 - an import may raise anything, SystemExit included
-            return f"importing {name} in the worker failed: {type(exc).__name__}: {exc}"
+            from modelci.workload.api import exception_text  # safe against an exception whose str() raises
+
+            return f"importing {name} in the worker failed: {exception_text(exc)}"
         done.append(name)
     return ""
 
@@ -183,7 +185,9 @@ def warm_up(framework: str, seed: int) -> str:
         helper.warm_up()
         freeze_heap()
     except BaseException as exc:  # noqa: BLE001 - the child reports it; this worker must not fork any more
-        return f"preparing framework {framework!r} in the worker failed: {type(exc).__name__}: {exc}"
+        from modelci.workload.api import exception_text  # safe against an exception whose str() raises
+
+        return f"preparing framework {framework!r} in the worker failed: {exception_text(exc)}"
     return ""
 
 
