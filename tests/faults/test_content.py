@@ -158,3 +158,13 @@ def test_a_suite_folder_named_with_an_equals_sign_works(equals_folder):
 def test_text_that_looks_like_an_emoji_code_is_printed_as_it_is(content):
     assert "suite/names.py:Star: error" in content.done.stdout
     assert "⭐" not in content.done.stdout
+
+
+def test_no_control_character_a_workload_gave_reaches_the_terminal(content):
+    """A workload's message with a colour code or a NUL is printed as a visible escape, by `run` and by `show`:
+    raw, it recoloured the rest of a CI log or moved the cursor over earlier lines."""
+    shown = content.project.cli("show", "latest")
+    for done in (content.done, shown):
+        printed = done.stdout + done.stderr
+        assert "\x1b" not in printed and "\x00" not in printed, printed[-2000:]
+    assert "colour \\x1b[31mred" in shown.stdout

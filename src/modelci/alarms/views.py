@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from modelci.report.console import escape
 from rich.table import Table
 
 EVENT_WORDS = {"open": "[red]alarm opened[/]", "recovered": "[green]alarm recovered[/]",

@@ -6,6 +6,7 @@ event (docs/design.md, "Conventions").
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
@@ -22,6 +23,18 @@ from rich.table import Table
 STATUS_STYLE = {"ok": "green", "skipped": "yellow", "failed": "red", "crashed": "red", "timeout": "red",
                 "error": "red"}
 VERDICT_STYLE = {"ok": "green", "regression": "bold red", "improvement": "cyan", "new": "blue"}
+
+
+#: what a terminal would act on rather than show: control characters but tab and newline (ESC starts a colour,
+#: a cursor move or a title change; rich itself drops only BEL, backspace, CR, VT and FF), DEL and C1 controls
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape(text: object) -> str:
+    """`text` made safe to print: rich markup escaped, and every control character a workload's message, a name or
+    a path may hold written as a visible escape (`\\x1b`). A workload's error printed raw could recolour the rest
+    of the log, move the cursor over earlier lines, or set the terminal's title."""
+    return escape_markup(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
 
 
 def console(stderr: bool = False) -> Console:
