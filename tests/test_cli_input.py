@@ -92,6 +92,14 @@ def test_a_database_url_whose_port_is_no_number_is_named(project, capsys, argv):
     # SQLAlchemy raises a bare ValueError for it, which reached the user as a traceback
     said = usage_error(["--db", "postgresql://ci@localhost:port/modelci", *argv], capsys)
     assert "db = 'postgresql://ci@localhost:port/modelci' is not a database URL (its port is not a number)" in said
+    said = usage_error(["--db", "postgresql://ci@localhost:99999/modelci", *argv], capsys)
+    assert "db = 'postgresql://ci@localhost:99999/modelci': port 99999 is no TCP port (1-65535)" in said
+
+
+def test_a_history_path_that_is_a_folder_is_named_as_one(project, capsys):
+    (project / "hist").mkdir()
+    said = usage_error(["--db", "hist", "history"], capsys)
+    assert f"the history database {project / 'hist'} is a folder; give the file in it" in said
 
 
 @pytest.mark.parametrize("argv", [["run", "--target", "current", "--suite", "zoo:numpy"],

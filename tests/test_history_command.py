@@ -62,6 +62,23 @@ def test_an_empty_series_says_what_there_is(history, capsys):
     assert cli.main(["history", "s/A", "--metric", "nope"]) == 2
     assert "workload 's/A' has no metric 'nope'; its metrics: time.infer" in capsys.readouterr().err
     assert cli.main(["history", "s/A", "--metric", "time.infer", "--runner", "nobody"]) == 2
-    assert "workload 's/A' never ran on runner 'nobody'" in capsys.readouterr().err
+    assert "--runner 'nobody': no run of that runner in the history; runners there: cpu" in capsys.readouterr().err
     assert cli.main(["history", "s/B", "--metric", "time.infer"]) == 2
     assert "no workload 's/B' in the history; workloads there: s/A" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["history", "--runner", "gpu"], "--runner 'gpu': no run of that runner in the history; runners there: cpu"),
+    (["history", "--changes", "--runner", "gpu"], "--runner 'gpu': no run of that runner"),
+    (["history", "--metric", "time.infer"], "--metric 'time.infer' shows one metric of one workload: give the "
+                                            "workload too"),
+    (["history", "s/B", "--changes"], "no workload 's/B' in the history; workloads there: s/A"),
+    (["history", "--changes", "--metric", "time.inferr"], "--metric 'time.inferr': the history has no such "
+                                                          "metric; its metrics: time.infer"),
+])
+def test_a_selection_the_history_does_not_hold_is_an_error_not_an_empty_answer(history, capsys, argv, says):
+    """Each printed an empty table or "no change points" with exit 0, which read as all is well."""
+    assert cli.main(argv) == 2
+    assert says in capsys.readouterr().err
+    assert cli.main(["history", "--changes", "--runner", "cpu", "--metric", "time.infer"]) == 0
+    assert cli.main(["history", "--runner", "cpu"]) == 0 and "s/A" in capsys.readouterr().out

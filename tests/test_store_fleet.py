@@ -121,7 +121,13 @@ def cli(root: Path, db: str, *args: str) -> tuple[int, str]:
 
 def test_an_unknown_dialect_is_a_usage_error(tmp_path):
     code, out = cli(tmp_path, "nosuchdb://localhost/x")
-    assert code == 2 and "'nosuchdb' in db = nosuchdb://localhost/x is not a database modelci can use" in out
+    assert code == 2 and "modelci keeps its history in SQLite (a file path or sqlite:///PATH) or PostgreSQL" in out
+    assert "not nosuchdb" in out
+    # a server SQLAlchemy knows, whose driver may be missing: the answer is the same, not "install its driver"
+    code, out = cli(tmp_path, "mysql://ci:secret@localhost/x")
+    assert code == 2 and "db = 'mysql://ci:***@localhost/x': modelci keeps its history in SQLite" in out
+    code, out = cli(tmp_path, "sqlite+nosuch:///x.db", "db", "upgrade")
+    assert code == 2 and "'sqlite+nosuch' in db = sqlite+nosuch:///x.db is not a database modelci can use" in out
 
 
 def test_a_missing_postgresql_driver_names_the_extra_to_install(tmp_path):

@@ -26,6 +26,7 @@ def main(args, cfg) -> int:
 
     store = Store.from_config(cfg, create=False)
     out = views.console()
+    _check_selection(args, store)
     if args.changes:
         from modelci.alarms import changes, hooks
         from modelci.alarms import views as alarm_views
@@ -47,6 +48,28 @@ def main(args, cfg) -> int:
     # a terminal table of 10,000 rows took 7 s to print (docs/overhead.md): the recent runs by default
     views.render_history(series if args.all else series[-args.last:], args.metric, out, total=len(series))
     return EXIT_OK
+
+
+def _check_selection(args, store) -> None:
+    """A UserError for a runner or a workload the history does not hold, and for --metric with neither a workload
+    nor --changes: each printed an empty table or "no change points" with exit 0, which read as all is well."""
+    from modelci.errors import UserError
+
+    if args.runner and not store.runs(args.runner, limit=1):
+        runners = store.runners()
+        raise UserError(f"--runner {args.runner!r}: no run of that runner in the history; runners there: "
+                        f"{', '.join(runners) or 'none'}")
+    if args.metric and not args.workload and not args.changes:
+        raise UserError(f"--metric {args.metric!r} shows one metric of one workload: give the workload too "
+                        "(`modelci history WORKLOAD --metric NAME`), or --changes for every series of that metric")
+    if args.changes and args.workload and not store.metric_names(args.workload, args.runner):
+        raise UserError(_nothing_to_show(store, args.workload, args.metric or "", args.runner))
+    if args.changes and args.metric:
+        metrics = store.metric_names(args.workload, args.runner)
+        if args.metric not in metrics:
+            of = f"workload {args.workload!r}" if args.workload else "the history"
+            raise UserError(f"--metric {args.metric!r}: {of} has no such metric; its metrics: "
+                            f"{', '.join(metrics) or 'none'}")
 
 
 def _nothing_to_show(store, workload: str, metric: str, runner: str | None) -> str:

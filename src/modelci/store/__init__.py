@@ -71,6 +71,14 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
             why = " (its port is not a number)" if isinstance(exc, ValueError) else ""
             raise UserError(f"db = {value!r} is not a database URL{why}; give a SQLite file path, sqlite:///PATH or "
                             "postgresql://USER@HOST:PORT/DATABASE") from None
+        if url.get_backend_name() not in ("sqlite", "postgresql", "postgres"):
+            # the schema and its migrations are written and tested for these two; another server's driver was
+            # looked for, and its absence reported as if installing it would help
+            raise UserError(f"db = {url.render_as_string()!r}: modelci keeps its history in SQLite (a file path or "
+                            "sqlite:///PATH) or PostgreSQL (postgresql://USER@HOST:PORT/DATABASE), not "
+                            f"{url.get_backend_name()}")
+        if url.port is not None and not 0 < url.port < 65536:
+            raise UserError(f"db = {url.render_as_string()!r}: port {url.port} is no TCP port (1-65535)")
         if url.drivername in ("postgresql", "postgres"):
             return url.set(drivername="postgresql+psycopg").render_as_string(False)
         if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
@@ -118,6 +126,9 @@ def sqlite_file(value: str) -> Path | None:
 
 
 def _must_exist(path: Path) -> None:
+    if path.is_dir():
+        raise UserError(f"the history database {path} is a folder; give the file in it that `modelci run` writes "
+                        "(history.db by default; db in modelci.toml, MODELCI_DB or --db)")
     if not path.is_file():
         raise UserError(f"there is no history database {path}: `modelci run` creates it; check the path (db in "
                         "modelci.toml, MODELCI_DB or --db)")
@@ -543,6 +554,11 @@ class Store:
                 stmt = stmt.where(RunRow.runner == runner)
             return list(session.scalars(stmt))
 
+    def runners(self) -> list[str]:
+        """The runners that stored a run, sorted: what a command names when asked for one that never ran."""
+        with self.sessions() as session:
+            return list(session.scalars(select(RunRow.runner).distinct().order_by(RunRow.runner)))
+
     def latest_failed_run(self, target: Any, runner: str) -> int | None:
         """The id of the latest run of `target` on `runner` that stored an `error` result (a commit that did not
         build stores one per workload), or None when there is none: a bisect that skips a commit remembered as
@@ -564,12 +580,14 @@ class Store:
         with self.engine.connect() as connection:
             return load_series(connection, workload, metric, runner)
 
-    def metric_names(self, workload: str, runner: str | None = None) -> list[str]:
-        """The metrics a workload recorded (on `runner`), sorted: what `modelci history` says when asked for one
-        that it has not."""
+    def metric_names(self, workload: str | None, runner: str | None = None) -> list[str]:
+        """The metrics a workload (None: any workload) recorded (on `runner`), sorted: what `modelci history` says
+        when asked for one that it has not."""
         with self.sessions() as session:
             stmt = (select(MetricRow.name).distinct().join(ResultRow, MetricRow.result_id == ResultRow.id)
-                    .where(ResultRow.workload == workload).order_by(MetricRow.name))
+                    .order_by(MetricRow.name))
+            if workload is not None:
+                stmt = stmt.where(ResultRow.workload == workload)
             if runner:
                 stmt = stmt.join(RunRow, ResultRow.run_id == RunRow.id).where(RunRow.runner == runner)
             return list(session.scalars(stmt))
