@@ -115,6 +115,21 @@ def within_cost_target(result) -> bool:
     return result.builds <= math.ceil(math.log2(result.range_size)) + 2 + result.skipped
 
 
+def test_a_build_command_that_fails_everywhere_is_named_as_the_likely_cause(history):
+    with pytest.raises(BisectRefused, match=r"is not good: suite/Numeric is error \(.*\); if the build failed, fix "
+                                            r"how commits are built \(--build\)"):
+        run_bisect(history, "Numeric", build="exit 3", bad=history["c"]["c2"])
+
+
+def test_good_and_bad_that_are_one_commit_or_swapped_are_named_so(history):
+    c = history["c"]
+    with pytest.raises(UserError, match=r"--good \w+ and --bad \w+ are the same commit \(\w{12}\)"):
+        run_bisect(history, "Numeric", good=c["c2"], bad=c["c2"])
+    with pytest.raises(UserError, match=r"must be an ancestor of --bad \S+ in .* \(it is newer: are --good and --bad "
+                                        r"swapped\?\)"):
+        run_bisect(history, "Numeric", good=c["c5"], bad=c["c1"])
+
+
 @pytest.mark.slow
 def test_numeric_change_is_found_through_unbuildable_commits(history):
     result = run_bisect(history, "Numeric")

@@ -404,8 +404,12 @@ class _Commits(_Space):
     def __init__(self, repo: GitRepo, good: str, bad: str, first_parent: bool, build: str | None):
         self.repo, self.build = repo, build
         self.good, self.bad = repo.resolve(good), repo.resolve(bad)
-        if self.good == self.bad or not repo.is_ancestor(self.good, self.bad):
-            raise UserError(f"--good {good} must be an ancestor of --bad {bad} in {repo.url}")
+        if self.good == self.bad:
+            raise UserError(f"--good {good} and --bad {bad} are the same commit ({self.good[:12]}) in {repo.url}; "
+                            "give a good commit older than the bad one")
+        if not repo.is_ancestor(self.good, self.bad):
+            newer = " (it is newer: are --good and --bad swapped?)" if repo.is_ancestor(self.bad, self.good) else ""
+            raise UserError(f"--good {good} must be an ancestor of --bad {bad} in {repo.url}{newer}")
         self.graph = repo.graph([self.good], self.bad, first_parent)
         self.size = len(self.graph)
         self.first_parent = first_parent

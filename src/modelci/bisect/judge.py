@@ -62,9 +62,12 @@ def choose(good: Result, bad: Result, policy: Callable[[str], checks.Policy], ch
     if check is not None and check not in CHECKS:
         raise UserError(f"--check {check!r} is not one of {', '.join(CHECKS)}")
     if good.status != "ok":
+        # an `error` at the good end is most often the build itself (a --build command that fails everywhere),
+        # which no choice of good commit mends
+        fix = ("; if the build failed, fix how commits are built (--build) or pick a commit that builds"
+               if good.status == "error" else "; pick a commit where it passes")
         raise BisectRefused(f"{good_label} is not good: {good.workload} is {good.status}"
-                            f"{' (' + good.reason.splitlines()[0] + ')' if good.reason else ''}; pick a commit "
-                            "where it passes")
+                            f"{' (' + good.reason.splitlines()[0] + ')' if good.reason else ''}{fix}")
     if bad.status in ("error", "skipped"):
         raise BisectRefused(f"{bad_label} cannot be tested: {bad.workload} is {bad.status} "
                             f"({bad.reason.splitlines()[0] if bad.reason else 'no reason given'}); pick a bad end "
