@@ -6,6 +6,7 @@ marked `interrupted` (docs/design.md, "Storage").
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from sqlalchemy import create_engine, distinct, event, func, insert, inspect, make_url, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -98,6 +99,11 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
         return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
     if not create:
         _must_exist(path)
+        if not os.access(path.parent, os.W_OK):
+            # a reader of a history on a read-only share, or in a folder of another user's: SQLite cannot make the
+            # WAL's shared-memory file beside it, and even mode=ro fails to open ("unable to open database
+            # file"). Nobody can write it through this path either, so it is read as immutable, without locks
+            return f"sqlite:///file:{quote(str(path))}?mode=ro&immutable=1&uri=true"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -249,6 +255,10 @@ class Store:
 
     def refuse_write(self) -> None:
         """Raise the UserError for a write to a store opened read-only."""
+        if make_url(self.url).query.get("immutable") == "1":
+            folder = Path(unquote(make_url(self.url).database.removeprefix("file:"))).parent
+            raise UserError(f"the history {self.shown} is read-only here: its folder {folder} cannot be written, "
+                            "so nothing can be stored or changed in it; run this where the folder can be written")
         raise UserError(f"the history {self.shown} is opened read-only, so nothing can be stored or changed in it; "
                         "open it without mode=ro to write")
 
@@ -269,6 +279,11 @@ class Store:
             else:
                 self.schema = migrate.ensure(self.engine, self.shown, self.readonly, self.create)
         except DBAPIError as exc:
+            path = sqlite_file(self.url) if not self.readonly else None
+            if path is not None and path.parent.is_dir() and not os.access(path.parent, os.W_OK):
+                raise UserError(f"cannot write the history database {path}: its folder {path.parent} cannot be "
+                                "written (SQLite keeps its journal beside it); give a db in a folder you can write. "
+                                "`history`, `show`, `alarms` and `report` can read it where it is") from None
             # a refused connection, a file that is not a database, a server gone away: the harness cannot run
             raise HarnessError(f"cannot open the history database {self.shown}: {_first_line(exc.orig)}") from None
 
