@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from alarm_history import History, timed
+from clicalls import usage_error
 
 from modelci import cli
 from modelci.alarms import lifecycle
@@ -46,18 +47,6 @@ def alarmed(tmp_path, monkeypatch):
     monkeypatch.setenv("MODELCI_CACHE_DIR", str(tmp_path / "cache"))
     return history
 
-
-def usage_error(argv: list[str], capsys) -> str:
-    """Run the CLI, expect exit 2, return what it said (stdout and stderr)."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
-    said = capsys.readouterr()
-    assert code == 2, said
-    text = said.out + said.err
-    assert "Traceback" not in text
-    return text
 
 
 @pytest.mark.parametrize("argv", [["history"], ["show"], ["alarms", "list"], ["report", "--out", "site"],

@@ -8,7 +8,6 @@ dropped a report, or ended in a traceback.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -16,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from clicalls import digest, usage_error
 
 from modelci import cli
 
@@ -63,21 +63,6 @@ def write_lock(path: Path) -> None:
     lockfile.write(path, lockfile.Lock.of("numpy==2.1.3\n", {"python": "3.11"}, environment="e1", source="test"))
 
 
-def usage_error(argv: list[str], capsys) -> str:
-    """Run the CLI, expect exit 2, return what it said (stdout and stderr)."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
-    said = capsys.readouterr()
-    assert code == 2, said
-    text = said.out + said.err
-    assert "Traceback" not in text
-    return text
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class FifoReader:

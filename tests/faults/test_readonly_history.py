@@ -7,13 +7,13 @@ SQLite in WAL mode makes a shared-memory file beside the database, so even a rea
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from clicalls import digest
 
 MODELCI = [sys.executable, "-c", "from modelci.cli import entry; entry()"]
 
@@ -46,9 +46,6 @@ def readonly(tmp_path_factory):
         # lazily: a process of a failed test that still holds the file must not leave the mount behind
         subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize("argv, says", [
