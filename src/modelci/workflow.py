@@ -14,13 +14,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelci import builds, cancel, checks, envs, execute, steps, targets
 from modelci.config import Config
-from modelci.errors import UserError
+from modelci.errors import HarnessError, UserError
 from modelci.execute import forked, local
 from modelci.execute.base import Executor
 from modelci.execute.local import WorkloadInfo
@@ -172,11 +173,11 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         if results and (interrupted or len(results) > reused):
             # a signal that arrives while the run is stored waits for the transaction to end (`cancel.deferred`)
             with _timed(timings, "ingest"), cancel.deferred():
-                outcome.run_id = store.ingest(
+                outcome.run_id = _ingest(store, dict(
                     target=target, environment=env, runner=config.runner, results=results,
                     status="interrupted" if interrupted else "complete", suites=suite_specs, selection=pattern or "",
                     command=command, started_at=started, purpose=purpose, parent_run_id=parent_run_id,
-                )
+                ))
         if interrupted:
             raise Interrupted(outcome.run_id, _unjudged(outcome, results))
         # saved models become compat records while the scratch folder still holds them; their inputs
@@ -190,6 +191,31 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     finally:
         _finish(executor, pool)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _ingest(store: Store, run: dict) -> int:
+    """Store a run (`run`: Store.ingest's arguments); its id.
+
+    When the artifact store cannot take the output arrays (a full disk), the results are stored all the same,
+    without their arrays, in a run marked incomplete, and the HarnessError says so with the run's id: the
+    timings, losses and statuses of an hour of workloads are not lost for want of space for their outputs.
+    An incomplete run is no baseline, no point of a series, and none of its results is reused (store.INCOMPLETE).
+    """
+    from modelci.store import INCOMPLETE
+    from modelci.store.artifacts import ArtifactWriteError
+
+    try:
+        return store.ingest(**run)
+    except ArtifactWriteError as exc:
+        why = f"not stored: {exc.what}"
+        kept = [dataclasses.replace(r, outputs={}, info={**r.info, "outputs": why}) if r.outputs else r
+                for r in run["results"]]
+        run_id = store.ingest(**(run | {"results": kept, "status": INCOMPLETE}))
+        for result, stored in zip(run["results"], kept):
+            result.id = stored.id
+        raise HarnessError(f"{exc.what}. The results are stored as run {run_id} without their output arrays, "
+                           f"marked incomplete (no baseline, not compared; `modelci show {run_id}` lists them); "
+                           f"{exc.fix}") from None
 
 
 def failed_build(config: Config, store: Store, target: targets.Target, error: builds.BuildError,

@@ -24,7 +24,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-def test_a_full_disk_is_a_clear_error_that_leaves_the_database_and_no_temporary_file(project, small_disk):
+def test_a_full_disk_keeps_the_results_without_their_arrays_and_says_so(project, small_disk):
     project.config(f'artifacts = "{small_disk / "artifacts"}"')
     project.workloads(QUICK)
     first = project.run()
@@ -34,9 +34,26 @@ def test_a_full_disk_is_a_clear_error_that_leaves_the_database_and_no_temporary_
     done = project.run()
     assert done.returncode == 3, done.stderr
     assert "the disk is full" in done.stderr and "artifact store" in done.stderr
-    assert project.stored("SELECT id, status FROM runs") == runs  # nothing half-stored, nothing lost
+    # the results are not lost: stored without their arrays, in a run that is no baseline
+    (run_id, status), = project.stored("SELECT id, status FROM runs WHERE id > ?", runs[-1][0])
+    assert status == "incomplete" and f"stored as run {run_id} without their output arrays" in done.stderr
+    stored = dict(project.stored("SELECT workload, status FROM results WHERE run_id = ?", run_id))
+    assert stored == {"suite/Quick": "ok", "suite/Big": "ok"}
+    assert project.stored("SELECT count(*) FROM outputs JOIN results ON results.id = outputs.result_id "
+                          "WHERE run_id = ?", run_id) == [(0,)]
+    assert project.stored("SELECT count(*) FROM metrics JOIN results ON results.id = metrics.result_id "
+                          "WHERE run_id = ? AND metrics.name = 'time.train'", run_id) == [(2,)]
     assert not [p for p in small_disk.rglob("*") if ".tmp-" in p.name]
     project.assert_clean(done)
+    # a later run reuses the result of the complete run, never the newer one without its arrays (it is no
+    # baseline and no point of a series either: those read complete runs only)
+    project.workloads(QUICK)
+    again = project.run("--reuse")
+    assert again.returncode == 0, again.stderr
+    (result,) = project.report()["results"]
+    (complete,), = project.stored("SELECT id FROM results WHERE run_id = ? AND workload = 'suite/Quick'",
+                                  runs[-1][0])
+    assert result["status"] == "ok" and result["reused"] and result["result_id"] == complete, result
 
 
 def _blobs(project) -> dict:

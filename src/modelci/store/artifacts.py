@@ -29,6 +29,15 @@ class CorruptArtifact(UserError):
     """An artifact whose bytes no longer match its address."""
 
 
+class ArtifactWriteError(HarnessError):
+    """The artifact store could not take an array or a file (a full disk, a folder that cannot be written).
+    `what` says what failed, `fix` what to do; the message is both, for a caller that says nothing more."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(f"{what}; {fix}")
+        self.what, self.fix = what, fix
+
+
 class ArtifactStore:
     """Content-addressed blobs under `root` (`ab/cdef…`); writing the same bytes twice stores them once."""
 
@@ -69,7 +78,7 @@ class ArtifactStore:
             else:
                 self.put(b"")
         except HarnessError as exc:  # before the run it is the configuration that is wrong: a usage error
-            raise UserError(str(exc).replace("nothing of this run was stored. ", "")) from None
+            raise UserError(str(exc)) from None
         except UserError:
             raise
         except Exception as exc:  # noqa: BLE001 - fsspec backends raise their own types (botocore, gcsfs, ...)
@@ -110,7 +119,9 @@ class ArtifactStore:
 
     @contextmanager
     def _writing(self, tmp: str) -> Iterator[None]:
-        """Remove the temporary file `tmp` if the block fails; a full disk (or any OSError) is a HarnessError."""
+        """Remove the temporary file `tmp` if the block fails; a full disk (or any OSError) is an
+        ArtifactWriteError (a HarnessError), which the caller tells from other failures: a run's results are
+        still stored without their arrays (workflow.py)."""
         try:
             yield
         except BaseException as exc:
@@ -120,12 +131,12 @@ class ArtifactStore:
                 pass
             if isinstance(exc, OSError):
                 full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-                raise HarnessError(
+                raise ArtifactWriteError(
                     f"could not write to the artifact store {self.root}: "
                     + ("the disk is full" if full else f"{exc.strerror or exc}")
-                    + f" ({type(exc).__name__}); nothing of this run was stored. "
-                    + ("Free space there (or point `artifacts` elsewhere) and run again" if full
-                       else "Check the store's folder and its permissions, and run again")
+                    + f" ({type(exc).__name__})",
+                    "free space there (or point `artifacts` elsewhere) and run again" if full
+                    else "check the store's folder and its permissions, and run again",
                 ) from None
             raise
 

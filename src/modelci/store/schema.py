@@ -84,7 +84,7 @@ class RunRow(Base):
     target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"), index=True)
     environment_id: Mapped[str] = mapped_column(ForeignKey("environments.id"))
     runner: Mapped[str] = mapped_column(String(200), index=True)
-    status: Mapped[str] = mapped_column(String(16))  # "complete" | "interrupted"
+    status: Mapped[str] = mapped_column(String(16))  # "complete" | "interrupted" | "incomplete" (store.INCOMPLETE)
     suites: Mapped[list] = mapped_column(JSON, default=list)
     selection: Mapped[str] = mapped_column(Text, default="")
     command: Mapped[str] = mapped_column(Text, default="")
