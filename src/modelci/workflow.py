@@ -35,6 +35,16 @@ if TYPE_CHECKING:
 # `calibrate` and `bisect` share with `run` are in `modelci.steps`, below all of them.
 
 
+class NotStored(HarnessError):
+    """The history refused the run (a full disk): nothing of it is stored. `outcome` holds what finished, not
+    judged (`unstored` says why), so that the command can still show the results and write its report files:
+    they are then the only record of the run."""
+
+    def __init__(self, message: str, outcome: RunOutcome):
+        super().__init__(message)
+        self.outcome = outcome
+
+
 class Interrupted(Exception):
     """A run cancelled (Ctrl-C, SIGTERM, SIGHUP: `cancel`): what finished is stored, marked interrupted.
 
@@ -79,6 +89,8 @@ class RunOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     #: True when the run was cancelled: `comparisons` hold what finished, not judged
     interrupted: bool = False
+    #: why the run could not be stored (NotStored), or "": `comparisons` then hold what finished, not judged
+    unstored: str = ""
 
     @property
     def results(self) -> list[Result]:
@@ -173,7 +185,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         if results and (interrupted or len(results) > reused):
             # a signal that arrives while the run is stored waits for the transaction to end (`cancel.deferred`)
             with _timed(timings, "ingest"), cancel.deferred():
-                outcome.run_id = _ingest(store, dict(
+                outcome.run_id = _ingest(store, outcome, dict(
                     target=target, environment=env, runner=config.runner, results=results,
                     status="interrupted" if interrupted else "complete", suites=suite_specs, selection=pattern or "",
                     command=command, started_at=started, purpose=purpose, parent_run_id=parent_run_id,
@@ -193,29 +205,36 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _ingest(store: Store, run: dict) -> int:
-    """Store a run (`run`: Store.ingest's arguments); its id.
+def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
+    """Store a run (`run`: Store.ingest's arguments); its id. When the history refuses it (a full disk), a
+    NotStored with `outcome` holding the results, so that they are shown and written to the report files.
 
     When the artifact store cannot take the output arrays (a full disk), the results are stored all the same,
     without their arrays, in a run marked incomplete, and the HarnessError says so with the run's id: the
     timings, losses and statuses of an hour of workloads are not lost for want of space for their outputs.
     An incomplete run is no baseline, no point of a series, and none of its results is reused (store.INCOMPLETE).
     """
-    from modelci.store import INCOMPLETE
+    from modelci.store import INCOMPLETE, StoreWriteError
     from modelci.store.artifacts import ArtifactWriteError
 
     try:
-        return store.ingest(**run)
-    except ArtifactWriteError as exc:
-        why = f"not stored: {exc.what}"
-        kept = [dataclasses.replace(r, outputs={}, info={**r.info, "outputs": why}) if r.outputs else r
-                for r in run["results"]]
-        run_id = store.ingest(**(run | {"results": kept, "status": INCOMPLETE}))
-        for result, stored in zip(run["results"], kept):
-            result.id = stored.id
-        raise HarnessError(f"{exc.what}. The results are stored as run {run_id} without their output arrays, "
-                           f"marked incomplete (no baseline, not compared; `modelci show {run_id}` lists them); "
-                           f"{exc.fix}") from None
+        try:
+            return store.ingest(**run)
+        except ArtifactWriteError as exc:
+            why = f"not stored: {exc.what}"
+            kept = [dataclasses.replace(r, outputs={}, info={**r.info, "outputs": why}) if r.outputs else r
+                    for r in run["results"]]
+            run_id = store.ingest(**(run | {"results": kept, "status": INCOMPLETE}))
+            for result, stored in zip(run["results"], kept):
+                result.id = stored.id
+            raise HarnessError(f"{exc.what}. The results are stored as run {run_id} without their output arrays, "
+                               f"marked incomplete (no baseline, not compared; `modelci show {run_id}` lists them); "
+                               f"{exc.fix}") from None
+    except StoreWriteError as exc:
+        outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in run["results"]]
+        outcome.unstored = str(exc)
+        raise NotStored(f"{exc}. Nothing of this run is stored; free space for the history (or point db "
+                        "elsewhere) and run again", outcome) from None
 
 
 def failed_build(config: Config, store: Store, target: targets.Target, error: builds.BuildError,

@@ -1,8 +1,9 @@
-"""Artifacts: a full disk, a corrupt blob, an artifact store that cannot be used."""
+"""Artifacts and the history: a full disk under either, a corrupt blob, an artifact store that cannot be used."""
 
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import subprocess
 
 import pytest
@@ -11,17 +12,27 @@ from probes import QUICK, workload
 BIG = workload("Big") .replace('return {"y": [1.0, 2.0]}', 'return {"y": [float(i) for i in range(300_000)]}')
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 256 KiB tmpfs: a real full disk for the artifact store (CI runs as root, which may mount one)."""
-    mount = tmp_path / "small"
+def _tmpfs(mount, size: str):
+    """Mount a tmpfs of `size` at `mount`: a real disk that fills (CI runs as root, which may mount one)."""
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True,
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True,
                           text=True)
     if made.returncode != 0:
         pytest.skip(f"this machine cannot mount a tmpfs (CI runs as root and can): {made.stderr.strip()}")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs: a real full disk for the artifact store."""
+    yield from _tmpfs(tmp_path / "small", "256k")
+
+
+@pytest.fixture
+def history_disk(tmp_path):
+    """A 2 MiB tmpfs for the history database: room for its schema and a run, until a workload fills it."""
+    yield from _tmpfs(tmp_path / "history", "2m")
 
 
 def test_a_full_disk_keeps_the_results_without_their_arrays_and_says_so(project, small_disk):
@@ -54,6 +65,41 @@ def test_a_full_disk_keeps_the_results_without_their_arrays_and_says_so(project,
     (complete,), = project.stored("SELECT id FROM results WHERE run_id = ? AND workload = 'suite/Quick'",
                                   runs[-1][0])
     assert result["status"] == "ok" and result["reused"] and result["result_id"] == complete, result
+
+
+def test_a_history_on_a_full_disk_shows_and_reports_the_results_it_could_not_store(project, history_disk):
+    db = history_disk / "history.db"
+    project.config(f'db = "{db}"')
+    project.workloads(QUICK)
+    first = project.run()
+    assert first.returncode == 0, first.stderr
+    # a workload that fills the history's disk while it runs, as another job on the machine would
+    filler = workload("Filler", f"""
+        with open({str(history_disk / "filler")!r}, "wb") as fh:
+            try:
+                while True:
+                    fh.write(b"x" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+    """)
+    project.workloads(QUICK + filler)
+    done = project.run("--markdown", "summary.md")
+    assert done.returncode == 3, done.stderr
+    assert f"could not store the run in sqlite:///{db}: database or disk is full" in done.stderr
+    assert "Nothing of this run is stored; free space for the history" in done.stderr
+    assert "The results shown above, and the report files asked for, are the run's only record" in done.stderr
+    assert "https://" not in done.stderr  # the driver's own pointer to its docs is no help here
+    # said: on the console, and in the report files, with no run id
+    assert "run not stored (not compared)" in done.stdout and "suite/Filler" in done.stdout
+    report = project.report()
+    assert report["run"]["id"] is None
+    assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok", "suite/Filler": "ok"}
+    assert "not stored (the history refused it), not compared" in (project.root / "summary.md").read_text()
+    (history_disk / "filler").unlink()
+    with sqlite3.connect(db) as stored:
+        assert stored.execute("SELECT count(*) FROM runs").fetchone() == (1,)  # the first run, whole
+    project.assert_clean(done)
 
 
 def _blobs(project) -> dict:

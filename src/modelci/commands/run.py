@@ -85,6 +85,7 @@ def main(args, cfg) -> int:
 
 def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> int:
     from modelci import cancel, workflow
+    from modelci.errors import HarnessError
     from modelci.report import console as views
     from modelci.report import files, json_report
 
@@ -100,6 +101,14 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
                     json_report.write(args.json_path, json_report.run_report(exc.outcome, True))
                 _write_report_files(args, exc.outcome)
         return EXIT_INTERRUPTED
+    except workflow.NotStored as exc:  # the results are shown and written to the report files: their only record
+        views.render_run(exc.outcome, views.console())
+        with cancel.deferred(), files.writing(report_paths(args), "nothing of the run is stored"):
+            if args.json_path:
+                json_report.write(args.json_path, json_report.run_report(exc.outcome, workflow.failed(exc.outcome)))
+            _write_report_files(args, exc.outcome)
+        raise HarnessError(f"{exc}. The results shown above, and the report files asked for, are the run's only "
+                           "record") from None
     views.render_run(outcome, views.console())
     bad = workflow.failed(outcome)
     report = json_report.run_report(outcome, bad)

@@ -179,6 +179,8 @@ def render_run(outcome: Any, out: Console) -> None:
     """The summary of one run: a row per result, then every finding that is not ok."""
     target = outcome.target
     run = f"run {outcome.run_id}" if outcome.run_id else "no new run (all results reused)"
+    if getattr(outcome, "unstored", ""):
+        run = "run not stored (not compared)"
     out.print(f"[bold]{run}[/] · target [bold]{escape(target.label)}[/] · environment {outcome.environment.id} · "
               f"runner {escape(outcome.runner)}")
     table = Table(show_edge=False, pad_edge=False)
@@ -198,7 +200,8 @@ def render_run(outcome: Any, out: Console) -> None:
             *([saved_summary(result)] if saving else []),
         )
     out.print(table)
-    render_baseline_rules(outcome.comparisons, out)
+    if not getattr(outcome, "unstored", ""):  # a run not stored has no baselines and is none
+        render_baseline_rules(outcome.comparisons, out)
     render_saves(outcome.comparisons, out)
     render_problems(outcome.comparisons, out)
 

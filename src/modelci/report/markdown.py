@@ -118,6 +118,8 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
     verdict = "❌ regression or failure" if bad else "✅ no regression"
     if getattr(outcome, "interrupted", False):
         verdict = "⚠️ interrupted: only the workloads that finished, not compared"
+    if getattr(outcome, "unstored", ""):
+        verdict = "⚠️ not stored (the history refused it), not compared"
     counts: dict[str, int] = {}
     for comparison in outcome.comparisons:
         counts[comparison.result.status] = counts.get(comparison.result.status, 0) + 1
@@ -129,7 +131,7 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
         "",
         *comparisons_table(outcome.comparisons),
-        *_baseline_rules(outcome.comparisons),
+        *(_baseline_rules(outcome.comparisons) if not getattr(outcome, "unstored", "") else []),
         *_alarm_section(outcome, events),
     ]
     return "\n".join(lines) + "\n"

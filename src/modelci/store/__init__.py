@@ -60,6 +60,10 @@ REUSE_CANDIDATES = 20
 INCOMPLETE = "incomplete"
 
 
+class StoreWriteError(HarnessError):
+    """The history database refused a run (a full disk, a server gone away): nothing of the run is in it."""
+
+
 def database_url(value: str, readonly: bool = False, create: bool = True) -> str:
     """A SQLAlchemy URL from a URL or a file path (a path means SQLite); `readonly` opens a SQLite file read-only
     (SQLite's `mode=ro`), which refuses every write, as a history on a read-only share needs. Without `create` a
@@ -340,7 +344,8 @@ class Store:
                     result.id = result_id
                 return run.id
         except SQLAlchemyError as exc:
-            raise HarnessError(f"could not store the run in {self.shown}: {exc}") from None
+            raise StoreWriteError(f"could not store the run in {self.shown}: "
+                                  f"{_first_line(getattr(exc, 'orig', None) or exc)}") from None
 
     def insert_ignoring_duplicates(self, table: Any) -> Any:
         """An INSERT that skips a row whose key is stored already (ON CONFLICT DO NOTHING): of two runners
