@@ -229,6 +229,20 @@ def test_workload_slugs_are_unique_file_names():
     assert slugs["../x"] == "x"
 
 
+def test_a_workload_id_too_long_for_a_file_name_gets_a_page_all_the_same(store, cfg, tmp_path):
+    # a suite folder of 200 characters and a workload name of 60: both allowed, 261 characters together
+    long_id = f"{'f' * 200}/{'W' * 60}"
+    twin = f"{'f' * 200}/{'W' * 59}X"  # the same first 120 characters: the digest tells them apart
+    ingest(store, cfg, "1.0", [make_result(long_id, 0), make_result(twin, 0, seed=1)])
+    generate_site(store, tmp_path / "site")
+    pages = sorted((tmp_path / "site" / "w").glob("*.html"))
+    assert len(pages) == 2 and all(len(p.name) <= 125 for p in pages)
+    assert long_id in pages[0].read_text() + pages[1].read_text()
+    assert [p.name for p in (tmp_path / "site").rglob(".*")] == [".modelci-site.json"]  # no temporary file left
+    slugs = workload_slugs([long_id, twin])
+    assert slugs[long_id] != slugs[twin] and workload_slugs([long_id]) == {long_id: slugs[long_id]}
+
+
 @pytest.mark.parametrize("href, kept", [("runs/1.html", True), ("https://ci.example/1", True),
                                         ("javascript:alert(1)", False), ("java\tscript:alert(1)", False),
                                         (" JavaScript:alert(1)", False), ("data:text/html,x", False)])

@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -23,7 +21,7 @@ from typing import Any
 
 import modelci
 from modelci.errors import UserError
-from modelci.report import forked, plots, queries, runpage
+from modelci.report import files, forked, plots, queries, runpage
 from modelci.report.markup import display_status, fmt, safe_href, status_class, when
 from modelci.report.queries import History, ResultInfo
 
@@ -279,12 +277,7 @@ class _Pages:
     def write_text(self, relative: str, text: str, page: bool = False) -> None:
         """Write a file atomically; a page counts towards the report's pages and largest page."""
         data = text.encode("utf-8")
-        path = self.out / relative
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        files.write_bytes(self.out / relative, data)  # whole, or a WriteError naming the file; no temporary left
         if not page:
             return
         self.report.pages += 1
@@ -350,12 +343,23 @@ def plotly_js() -> Path:
     return path
 
 
+#: the longest workload page name, before `.html`: far below the 255 bytes of a file name, with room for the
+#: temporary name a page is written under before it is renamed
+SLUG_MAX = 120
+
+
 def workload_slugs(workloads: list[str]) -> dict[str, str]:
-    """A file name per workload (`fakesuite/Stable` -> `fakesuite_Stable`), unique even when two names collide."""
+    """A file name per workload (`fakesuite/Stable` -> `fakesuite_Stable`), unique even when two names collide.
+
+    A long id (a suite folder of 200 characters and a workload name of 60 are both allowed) is cut to
+    SLUG_MAX characters and ends with a digest of the whole id: a page name past the file system's 255 bytes
+    failed every later `report` and `serve` of that history."""
     slugs: dict[str, str] = {}
     taken: set[str] = set()
     for workload in sorted(workloads):
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload).strip("._") or "workload"
+        if len(slug) > SLUG_MAX:
+            slug = f"{slug[:SLUG_MAX - 13]}-{hashlib.sha256(workload.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
         base, n = slug, 1
         while slug.lower() in taken:  # case-insensitive file systems would merge Foo and foo
             n += 1
