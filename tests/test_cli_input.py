@@ -113,6 +113,15 @@ def test_ids_beyond_what_the_database_holds_are_no_run_and_no_alarm(alarmed, cap
         assert "give an alarm id, a whole number from 1" in usage_error(argv, capsys)
 
 
+def test_who_acts_on_an_alarm_is_refused_past_what_the_history_holds(alarmed, capsys, monkeypatch):
+    (alarm,) = lifecycle.list_alarms(alarmed.store)
+    assert "--by 'bbbb" in usage_error(["alarms", "ack", str(alarm.id), "--by", "b" * 201], capsys)
+    monkeypatch.setenv("MODELCI_USER", "u" * 201)
+    said = usage_error(["alarms", "silence", str(alarm.id), "--until", "2099-01-01"], capsys)
+    assert "MODELCI_USER 'uuuu" in said and "is 201 characters long; the most is 200" in said
+    assert [e["event"] for e in lifecycle.get_alarm(alarmed.store, alarm.id).events].count("acknowledged") == 0
+
+
 def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     (alarm,) = lifecycle.list_alarms(alarmed.store)
     assert cli.main(["alarms", "ack", str(alarm.id), str(alarm.id), "--by", "me"]) == 0
@@ -191,6 +200,18 @@ def test_env_export_into_a_file_says_so(alarmed, capsys):
     ("modelci.toml", b'db = "a\\u0000b"\n', "holds a NUL character"),
     ("modelci.toml", b"[checks]\nx = " + b"[" * 2000 + b"]" * 2000 + b"\n", "nested too deeply to read"),
     ("modelci.toml", b"timeout = 1e10\n", "must be 31536000 or less"),
+    # numbers of hundreds of digits were an OverflowError; blank paths made a history named "   ", or scattered
+    # the artifact store's folders over the project; a runner label past the history's column lost the run
+    ("modelci.toml", b"timeout = 1" + b"0" * 400 + b"\n", "key 'timeout' must be a finite number, got 1000"),
+    ("modelci.toml", b"[checks]\ntiming_factor = 1" + b"0" * 400 + b"\n", "'timing_factor' must be a finite number"),
+    ("modelci.toml", b"[checks]\nskip_head = 1" + b"0" * 400 + b"\n", "(401 digits)"),
+    ("modelci.toml", b'[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\ntimeout = 1' + b"0" * 400 + b"\n",
+     "key 'timeout' must be a finite number"),
+    ("modelci.toml", b'[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nretries = 1' + b"0" * 400 + b"\n",
+     "key 'retries' must be 100 or less, got more"),
+    ("modelci.toml", b'db = "   "\n', "db = '   ' (from file:"),
+    ("modelci.toml", b'artifacts = ""\n', "modelci.toml) is blank; give a path, or leave it out"),
+    ("modelci.toml", b'runner = "' + b"r" * 201 + b'"\n', "is 201 characters long; the most is 200"),
 ])
 def test_a_bad_config_file_is_named_with_what_is_wrong(project, capsys, name, content, says):
     (project / name).write_bytes(content)

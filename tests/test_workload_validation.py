@@ -99,6 +99,8 @@ ATTRIBUTES = {
     "PathFormat": ('formats = ("../../escape",)', "`formats` holds str '../../escape'", "a format name is"),
     "ListFramework": ('framework = ["numpy"]', "`framework` must be the name of a framework", "list ['numpy']"),
     "ObjectDomain": ("domain = object()", "`domain` must be a string", "object <object object"),
+    # past the history's 40 characters PostgreSQL refused the whole run, after every workload had run
+    "LongDomain": ('domain = "d" * 41', "`domain` is 41 characters long; the most is 40", ""),
 }
 
 
@@ -300,3 +302,23 @@ class NewlineName(_Base):
         assert 'models.py", line' in result.traceback
     assert "the harness records that name itself" in results["OwnTime"].reason
     assert "control character" in results["NewlineName"].reason
+
+
+def test_names_past_what_the_history_holds_are_refused_where_they_are_given(project, tmp_path):
+    """An output name of 201 characters is the workload's failure; a suite folder name of 200 characters is
+    refused before anything runs; an error of a class in a file with a long name is stored under a cut id. On
+    PostgreSQL each of these refused the whole run after every workload had run."""
+    results = run(project, '\n\nclass LongOutput(_Base):\n    def infer(self, ctx):\n        return {"o" * 201: '
+                           'np.zeros(2)}\n')
+    assert results["Good"].status == "ok" and results["LongOutput"].status == "failed"
+    assert "is 201 characters long; the most is 200" in results["LongOutput"].reason
+    with pytest.raises(UserError, match="suite folder name 'ffff.*is 200 characters long; the most is 199"):
+        workflow.run(config_module.load(), "current", [str(suite(tmp_path / ("f" * 200), ""))])
+    folder = tmp_path / "s"
+    folder.mkdir()
+    wrong = "W" * 60  # s/FILE.py:CLASS is 316 characters
+    (folder / ("m" * 250 + ".py")).write_text(BASE + f"\n\nclass {wrong}(_Base):\n    name = 'a b'\n")
+    outcome = workflow.run(config_module.load(), "current", [str(folder)])
+    (error,) = [r for r in outcome.results if r.status == "error"]
+    assert len(error.workload) == steps.WORKLOAD_ID_MAX and error.workload.startswith("s/mmm")
+    assert outcome.run_id is not None

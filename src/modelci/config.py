@@ -179,6 +179,10 @@ def _tool_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
     return tool["modelci"]
 
 
+#: the longest runner label the history stores
+RUNNER_MAX = 200
+
+
 def absolute_path(value: str, base: Path, where: str) -> str:
     """`value` (`~` and `~user` expanded) made absolute against `base`; `where` names the setting in a UserError."""
     return str((base / _home(value, where)).resolve())
@@ -253,6 +257,13 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     if not runner.strip() or not runner.isprintable():
         raise UserError(f"runner {runner!r} (from {sources['runner']}) must be a non-blank label on one line, such "
                         "as ci-cpu: runs are grouped and compared by it")
+    if len(runner) > RUNNER_MAX:  # the history's column: PostgreSQL refused the run after every workload ran
+        raise UserError(f"runner {runner[:40]!r}... (from {sources['runner']}) is {len(runner)} characters long; "
+                        f"the most is {RUNNER_MAX}")
+    for key in (*PATH_OPTIONS, "cache_dir"):
+        if not values[key].strip():  # "" meant the project folder itself, " " a file named with spaces there
+            raise UserError(f"{key} = {values[key]!r} (from {sources[key]}) is blank; give a path, or leave it out "
+                            "for the default")
     for key in PATH_OPTIONS:
         if "://" not in values[key]:
             # a path in the file (or the default) is the project's, relative to the file's folder; one given on
@@ -298,9 +309,17 @@ def coerce(option: Option, value: Any, where: str) -> Any:
         if option.type is int and isinstance(value, float) and not value.is_integer():
             raise TypeError  # int(1.5) would quietly make it 1
         number = option.type(value)
+    except OverflowError:  # an integer of hundreds of digits is no float
+        raise UserError(f"{where} must be a finite number, got {short_number(value)}") from None
     except (TypeError, ValueError):
         raise UserError(f"{where} must be {_type_name(option.type)}, got {value!r}") from None
     return in_range(option, number, where)
+
+
+def short_number(value: Any) -> str:
+    """A number for a message: its repr, or its first digits and its length when it has hundreds."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
 
 
 def in_range(option: Option, number: Any, where: str) -> Any:
@@ -381,8 +400,12 @@ def _check_setting_range(key: str, value: float, where: str) -> None:
     """A number among the check settings: finite; alpha a probability; a factor 1 or more (1.10 flags 10% worse);
     every other one (tolerances, floors, noise, thresholds) 0 or more. A value outside would not fail loudly:
     it would quietly flag everything, or nothing."""
-    if not math.isfinite(value):
-        raise UserError(f"{where}: key {key!r} must be a finite number, got {value!r}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer of hundreds of digits is no float; math.isfinite raised on it
+        finite = False
+    if not finite:
+        raise UserError(f"{where}: key {key!r} must be a finite number, got {short_number(value)}")
     if key == "alpha" and not 0 < value < 1:
         raise UserError(f"{where}: key 'alpha' is a significance level, between 0 and 1 (such as 0.05), "
                         f"got {value!r}")

@@ -4,6 +4,7 @@ the store. They live below `workflow` and `compat`, which call them, so neither 
 
 from __future__ import annotations
 
+import hashlib
 import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,10 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
                 raise UserError(f"suite folder {spec!r} holds no workload files (*.py not starting with _); pass "
                                 "the folder of your workload files or zoo:NAME")
             name = folder.name
+            if len(name) > SUITE_NAME_MAX:
+                raise UserError(f"suite folder name {name[:40]!r}... is {len(name)} characters long; the most is "
+                                f"{SUITE_NAME_MAX} (workload ids are the suite's name and the workload's, and the "
+                                "history holds 300 characters of them): rename the folder")
         if name in suites and suites[name] != folder:
             raise UserError(f"two suites are both named {name!r} ({suites[name]} and {folder}); rename one folder")
         suites[name] = folder
@@ -226,12 +231,28 @@ def select(found: dict[str, Any], pattern: str | None) -> tuple[list[WorkloadInf
     return workloads, errors
 
 
+#: the longest suite name: with "/" and a workload name (at most 100), a workload id fits the history's 300
+SUITE_NAME_MAX = 199
+#: the longest workload id the history stores
+WORKLOAD_ID_MAX = 300
+
+
+def _storable_id(workload_id: str) -> str:
+    """An error's workload id cut to what the history holds, ending with a digest of the whole id when cut (an
+    error of a class in a file with a long name: `suite/FILE.py:CLASS`)."""
+    if len(workload_id) <= WORKLOAD_ID_MAX:
+        return workload_id
+    digest = hashlib.sha256(workload_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{workload_id[:WORKLOAD_ID_MAX - 13]}-{digest}"
+
+
 def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloads: list[WorkloadInfo]) -> list[Result]:
     """Import failures and empty suites as `error` results, so they are stored and never pass."""
     results = []
     for error in errors:
         where = f"{error['file']}, line {error['line']}" if error.get("line") else error["file"]
-        results.append(Result(workload=error.get("workload") or f"{error['suite']}/{Path(error['file']).name}",
+        results.append(Result(workload=_storable_id(error.get("workload")
+                                                    or f"{error['suite']}/{Path(error['file']).name}"),
                               status="error",
                               reason=f"{where}: {error['message']}", traceback=error.get("traceback", ""),
                               code_hash=error.get("code_hash", "")))

@@ -233,8 +233,10 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
     except StoreWriteError as exc:
         outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in run["results"]]
         outcome.unstored = str(exc)
-        raise NotStored(f"{exc}. Nothing of this run is stored; free space for the history (or point db "
-                        "elsewhere) and run again", outcome) from None
+        full = any(word in str(exc).lower() for word in ("full", "no space", "quota"))
+        fix = ("free space for the history (or point db elsewhere) and run again" if full
+               else "fix what the history refused and run again")
+        raise NotStored(f"{exc}. Nothing of this run is stored; {fix}", outcome) from None
 
 
 def failed_build(config: Config, store: Store, target: targets.Target, error: builds.BuildError,

@@ -147,6 +147,8 @@ def allow_entry(allow: Iterable[dict], workload: str, metric: str) -> dict | Non
 #: between them (backoff * (2**retries - 1)). The run waits for its notifications, and a CI job must not be held
 #: for hours by a receiver that is down
 MAX_NOTIFY_SECONDS = 600
+#: the most retries of one delivery: within MAX_NOTIFY_SECONDS more would each get a few milliseconds
+MAX_RETRIES = 100
 
 #: [[notify]] keys per kind: key -> (type, default or REQUIRED)
 REQUIRED = object()
@@ -216,6 +218,9 @@ def _check_notify_values(settings: dict[str, Any], label: str) -> None:
     if not 0 <= settings["backoff"] < float("inf"):
         raise UserError(f"{label}: key 'backoff' must be a number of seconds, got {settings['backoff']!r}")
     retries = settings["retries"]
+    if retries > MAX_RETRIES:  # and the sum below would overflow a float for a retries of hundreds of digits
+        raise UserError(f"{label}: key 'retries' must be {MAX_RETRIES} or less, got "
+                        f"{retries if retries < 10**12 else 'more'}")
     worst = (1 + retries) * settings["timeout"] + settings["backoff"] * (2 ** min(retries, 64) - 1)
     if worst > MAX_NOTIFY_SECONDS:
         raise UserError(f"{label}: retries = {settings['retries']}, timeout = {settings['timeout']:g} and backoff = "
@@ -261,7 +266,12 @@ def _typed(value: Any, kind: type, where: str) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        try:
+            value = float(value) if ok else value
+        except OverflowError:  # an integer of hundreds of digits is no float
+            from modelci.config import short_number
+
+            raise UserError(f"{where} must be a finite number, got {short_number(value)}") from None
     elif kind is list:
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     else:

@@ -6,6 +6,7 @@ import getpass
 import os
 
 from modelci.commands import EXIT_OK, EXIT_REGRESSION, record_id
+from modelci.errors import UserError
 
 
 def add_parser(sub) -> None:
@@ -35,8 +36,17 @@ def _people_options(parser) -> None:
     parser.add_argument("--note", default="", help="why, for the alarm's record")
 
 
+#: the longest name of who acted on an alarm that the history stores
+WHO_MAX = 200
+
+
 def _who(args) -> str:
-    return args.by or os.environ.get("MODELCI_USER") or getpass.getuser()
+    """Who acts on an alarm: --by, MODELCI_USER or the login name; a UserError past what the history holds."""
+    who = args.by or os.environ.get("MODELCI_USER") or getpass.getuser()
+    if len(who) > WHO_MAX:
+        source = "--by" if args.by else "MODELCI_USER" if os.environ.get("MODELCI_USER") else "the login name"
+        raise UserError(f"{source} {who[:40]!r}... is {len(who)} characters long; the most is {WHO_MAX}")
+    return who
 
 
 def main(args, cfg) -> int:

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from modelci.workload import lifeline, npy
-from modelci.workload.api import (Context, SkipWorkload, Workload, exception_message, exception_repr, exception_text,
-                                  shown)
+from modelci.workload.api import (METRIC_NAME_MAX, Context, SkipWorkload, Workload, exception_message,
+                                  exception_repr, exception_text, shown)
 from modelci.workload import frameworks
 from modelci.workload.frameworks import get_helper
 from modelci.workload.processes import framework_hazard, signal_name, thread_count
@@ -218,6 +218,10 @@ def formats_problem(formats: Any) -> str:
     return ""
 
 
+#: the longest `framework` or `domain` the history stores
+LABEL_MAX = 40
+
+
 def text_problem(cls: type) -> str:
     """What is wrong with a workload's `framework` or `domain`, or "" (strings; which frameworks exist is the
     child's to say when it runs the workload, with the registry's names)."""
@@ -225,6 +229,9 @@ def text_problem(cls: type) -> str:
         return f"`framework` must be the name of a framework such as \"torch\", not {shown(cls.framework)}"
     if not isinstance(cls.domain, str):
         return f"`domain` must be a string such as \"vision\", not {shown(cls.domain)}"
+    for attribute in ("framework", "domain"):  # the history's columns hold 40 (PostgreSQL refused the run)
+        if len(getattr(cls, attribute)) > LABEL_MAX:
+            return f"`{attribute}` is {len(getattr(cls, attribute))} characters long; the most is {LABEL_MAX}"
     return ""
 
 
@@ -559,6 +566,9 @@ def save_outputs(outputs: Any, helper: Any, folder: Path) -> dict[str, dict[str,
     for name, value in outputs.items():
         if not isinstance(name, str) or not name.replace("_", "").replace(".", "").replace("-", "").isalnum():
             raise ValueError(f"output name {name!r} must be letters, digits, '_', '-' or '.'")
+        if len(name) > METRIC_NAME_MAX:  # the history's column; PostgreSQL refused the whole run
+            raise ValueError(f"output name {name[:40]!r}... is {len(name)} characters long; the most is "
+                             f"{METRIC_NAME_MAX}")
         path = folder / f"{name}.npy"
         try:
             dtype, shape = npy.save(path, helper.to_numpy(value))
