@@ -157,6 +157,16 @@ def test_reuse_needs_the_same_seed_threads_and_repeats(fake_project, cfg):
     assert again.reused == 1
 
 
+def test_a_timeout_is_never_reused(fake_project, cfg):
+    # it says as much about the timeout it ran under as about the target: a run with a tiny timeout made every
+    # later --reuse run (and the bisects that reuse probes) a timeout
+    spec, suites = str(fake_project.v10), [str(fake_project.suite)]
+    hurried = workflow.run(config_module.load(cli={"timeout": 0.001}), spec, suites, "Stable")
+    assert hurried.results[0].status == "timeout"
+    again = workflow.run(cfg, spec, suites, "Stable", reuse=True)
+    assert again.reused == 0 and again.results[0].status == "ok"
+
+
 def test_child_imports_the_targets_packages_not_the_harness(fake_project, cfg):
     outcome = workflow.run(cfg, str(fake_project.v11), [str(fake_project.suite)], "Stable")
     env_path = str(outcome.environment.path)

@@ -55,6 +55,9 @@ WRITE_LOCK_KEY = 0x6D6F64656C636977
 
 #: how many of the latest matching results `reusable` looks through for one with the same settings
 REUSE_CANDIDATES = 20
+#: results never reused: an `error` is the harness's, and a `timeout` says as much about the timeout it ran
+#: under as about the target (one run with --timeout 0.001 made every later --reuse run and bisect a timeout)
+NOT_REUSED = ("error", "timeout")
 #: the status of a run stored without its output arrays (the artifact store could not take them): its timings,
 #: losses and statuses are kept, but it is no baseline, no point of a series, and no result of it is reused
 INCOMPLETE = "incomplete"
@@ -535,7 +538,7 @@ class Store:
                 select(ResultRow).join(RunRow).join(TargetRow)
                 .where(ResultRow.workload == workload, ResultRow.code_hash == code_hash,
                        RunRow.environment_id == environment_id, RunRow.runner == runner,
-                       ResultRow.status.not_in(("error",)), RunRow.status != INCOMPLETE)
+                       ResultRow.status.not_in(NOT_REUSED), RunRow.status != INCOMPLETE)
                 .filter_by(**ident)
                 .order_by(RunRow.started_at.desc(), ResultRow.id.desc()).limit(REUSE_CANDIDATES)
             )
