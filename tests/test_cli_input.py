@@ -339,3 +339,22 @@ def test_a_suite_folder_without_workload_files_is_refused_before_the_run(project
         said = usage_error(["run", "--target", "current", "--suite", folder], capsys)
         assert f"suite folder {folder!r} holds no workload files" in said
     assert not (project / ".modelci").exists()  # nothing stored, no alarm opened
+
+
+LONG = "a" * 300  # one part of a path past the file system's 255 bytes
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--target", "current", "--suite", f"/tmp/{LONG}"],
+    ["run", "--target", f"/tmp/{LONG}.whl", "--suite", "zoo:numpy"],
+    ["run", "--target", "current", "--json", f"/tmp/{LONG}"],
+    ["--config", f"/tmp/{LONG}", "config"],
+    ["--db", f"/tmp/{LONG}", "history"],
+    ["init", "--dir", f"/tmp/{LONG}"],
+    ["env", "check", f"/tmp/{LONG}"],
+])
+def test_a_path_part_too_long_for_the_file_system_is_named(project, capsys, argv):
+    # each was an OSError traceback from wherever the path was first used
+    said = usage_error(argv, capsys)
+    assert "a file name too long for the file system (each part of a path holds at most 255 bytes)" in said
+    assert "/tmp/aaaa" in said and "characters)" in said

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import errno
 import importlib
 import os
 import shlex
@@ -67,6 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console(stderr=True).print(f"[yellow]interrupted ({cancel.signal_name()})[/]")
         return cancel.exit_code()
+    except OSError as exc:
+        # a path given anywhere (a suite, --out, --db, a wheel, the cache) with a part of more than 255 bytes: the
+        # file system refuses it wherever it is first used, and each place would need its own check
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        shown = str(exc.filename or "")
+        shown = shown if len(shown) <= 80 else f"{shown[:60]}...{shown[-16:]} ({len(shown)} characters)"
+        console(stderr=True).print(f"[red]error:[/] {escape(shown)}: a file name too long for the file system "
+                                   "(each part of a path holds at most 255 bytes); give a shorter path")
+        return UserError.exit_code
 
 
 def _check_utf8(argv: list[str]) -> None:
