@@ -20,7 +20,7 @@ import pytest
 
 from modelci import config as config_module
 from modelci import steps, workflow
-from modelci.errors import UserError
+from modelci.errors import HarnessError, UserError
 from modelci.execute import local
 from modelci.workload.api import Context
 
@@ -322,3 +322,17 @@ def test_names_past_what_the_history_holds_are_refused_where_they_are_given(proj
     (error,) = [r for r in outcome.results if r.status == "error"]
     assert len(error.workload) == steps.WORKLOAD_ID_MAX and error.workload.startswith("s/mmm")
     assert outcome.run_id is not None
+
+
+@pytest.mark.parametrize("body, says", [
+    ("import time\nwhile True:\n    time.sleep(0.1)\n", "did not finish in 3 s while importing"),
+    ("import os\nos._exit(3)\n", "ended without its result while importing"),
+])
+def test_a_suite_file_that_blocks_or_exits_at_import_is_named(tmp_path, body, says):
+    # discovery waited its whole timeout and said only "its stderr ends with: (nothing)"
+    folder = suite(tmp_path / "s", "")
+    (folder / "stuck.py").write_text(body)
+    with pytest.raises(HarnessError) as caught:
+        local.discover(Path(sys.executable), {"s": folder}, tmp_path / "scratch", timeout=3)
+    assert says in str(caught.value) and f"{folder / 'stuck.py'}: does that file block or exit at import?" in str(
+        caught.value)

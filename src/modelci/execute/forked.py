@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from modelci.errors import HarnessError, UserError
+from modelci.errors import UserError
 from modelci.execute import base, local
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
@@ -336,10 +336,8 @@ class Executor(base.Executor):
         if ended is None:
             return local.discover(self.python, suites, self.scratch, timeout)
         if ended.code != 0 or not out.exists():
-            raise HarnessError(
-                f"workload discovery failed inside the environment ({self.python}); its stderr ends with:\n"
-                + (local.tail(log_dir / "stderr.txt", 1500) or ended.died or "(nothing)")
-            )
+            timed_out = timeout if ended.code is None and not ended.died else None
+            raise local.discovery_failed(self.python, log_dir / "stderr.txt", timed_out, ended.died)
         return json.loads(out.read_text())
 
     def run_workload(self, suites: dict[str, Path], workload: WorkloadInfo, *, timeout: float = 1800,

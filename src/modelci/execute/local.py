@@ -225,11 +225,24 @@ def discover(python: Path, suites: dict[str, Path], scratch: Path, timeout: floa
     cmd += [arg for name, folder in suites.items() for arg in ("--suite", f"{name}={folder}")]
     code, _ = spawn(cmd, child_env(shim_dir(scratch), 0), scratch / "discovery", timeout)
     if code != 0 or not out.exists():
-        raise HarnessError(
-            f"workload discovery failed inside the environment ({python}); its stderr ends with:\n"
-            + (tail(scratch / "discovery" / "stderr.txt", 1500) or "(nothing)")
-        )
+        raise discovery_failed(python, scratch / "discovery" / "stderr.txt", timeout if code is None else None)
     return json.loads(out.read_text())
+
+
+def discovery_failed(python: Path, stderr: Path, timed_out: float | None, died: str = "") -> HarnessError:
+    """The error of a discovery that ended without its result: which suite file it was importing, whether it
+    ran out of time (`timed_out`: its timeout), and the end of its stderr. A file that blocks at import (a
+    server it waits for, an input()) left only "its stderr ends with: (nothing)" after minutes."""
+    from modelci.workload.child import IMPORTING
+
+    text = stderr.read_text(errors="replace") if stderr.exists() else ""
+    files = [line[len(IMPORTING):] for line in text.splitlines() if line.startswith(IMPORTING)]
+    rest = "\n".join(line for line in text.splitlines() if not line.startswith(IMPORTING))[-1500:]
+    how = (f"did not finish in {timed_out:g} s" if timed_out is not None
+           else "ended without its result" + (f" ({died})" if died else ""))
+    where = f" while importing {files[-1]}: does that file block or exit at import?" if files else ""
+    return HarnessError(f"workload discovery inside the environment ({python}) {how}{where}; its stderr ends "
+                        f"with:\n{rest or '(nothing)'}")
 
 
 def run_workload(

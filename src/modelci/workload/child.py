@@ -362,6 +362,10 @@ def workload_id(suite: str, path: Path, cls: type[Workload]) -> str:
     return f"{suite}/{path.name}:{cls.__name__}"
 
 
+#: the line discovery writes to stderr before it imports each suite file
+IMPORTING = "modelci: importing "
+
+
 def discover(suites: dict[str, Path]) -> dict[str, Any]:
     """Import every suite file; return the workloads found and one error per file that failed."""
     workloads: list[dict[str, Any]] = []
@@ -369,6 +373,8 @@ def discover(suites: dict[str, Path]) -> dict[str, Any]:
     for suite, folder in suites.items():
         for path in suite_files(folder):
             digest = code_hash(path)
+            # the parent names the file that a discovery which never ended was importing (execute/local.py)
+            print(f"{IMPORTING}{path}", file=sys.stderr, flush=True)
             try:
                 module = import_file(path, suite)
                 classes = workload_classes(module)
