@@ -137,6 +137,21 @@ def test_second_run_reuses_the_cached_environment(fake_project, cfg):
     assert second.run_id != first.run_id
 
 
+def test_a_compare_where_b_gives_no_result_is_no_pass(fake_project, capsys, tmp_path):
+    # both sides fail: the status check says "still not ok" (no new regression), and the compare exited 0
+    from modelci import cli
+
+    spec = str(fake_project.v11)
+    code = cli.main(["compare", spec, spec, "--suite", str(fake_project.suite), "-k", "Raises", "--json",
+                     str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md")])
+    assert code == 1
+    assert ("B gave no result for fakesuite/Raises: nothing of it was compared, so this is no pass"
+            in capsys.readouterr().err)
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["regressed"] is False and report["unmeasured"] == ["fakesuite/Raises"]
+    assert "B gave no result for 1 workload: not compared" in (tmp_path / "c.md").read_text()
+
+
 def test_compare_reuses_stored_results(fake_project, cfg):
     first = workflow.compare(cfg, str(fake_project.v10), str(fake_project.v10), [str(fake_project.suite)], "Stable")
     again = workflow.compare(cfg, str(fake_project.v10), str(fake_project.v10), [str(fake_project.suite)], "Stable")

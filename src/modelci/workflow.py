@@ -562,6 +562,12 @@ class CompareOutcome:
         return any(checks.regressed(c.findings) for c in self.comparisons)
 
     @property
+    def unmeasured(self) -> list[str]:
+        """B's workloads that gave no result (failed, crashed, timeout, error): their status check is ok when A's
+        was as broken (no new regression), but nothing of them was compared, so the compare is no pass."""
+        return [c.result.workload for c in self.comparisons if c.result.status not in ("ok", "skipped")]
+
+    @property
     def alarms(self) -> Any:
         """What the alarm step did with B's verdicts (alarms.hooks.AlarmReport), None when B measured nothing new."""
         return self.b.alarms if self.b is not None else None

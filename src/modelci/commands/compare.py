@@ -29,6 +29,7 @@ def main(args, cfg) -> int:
     pipconfig.prefetch()  # pip answers while the imports below run
     from modelci import cancel, workflow
     from modelci.report import console as views
+    from modelci.report.console import escape
 
     from modelci.commands.run import prepare_report_files
 
@@ -53,7 +54,13 @@ def main(args, cfg) -> int:
     alarm_views.render_alarm_report(outcome.alarms, views.console())  # what the alarm step did with B's verdicts
     with cancel.deferred():
         _write_report_files(args, outcome)
-    return EXIT_REGRESSION if outcome.regressed else EXIT_OK
+    unmeasured = outcome.unmeasured
+    if unmeasured and not outcome.regressed:
+        shown = ", ".join(unmeasured[:5]) + (f" and {len(unmeasured) - 5} more" if len(unmeasured) > 5 else "")
+        views.console(stderr=True).print(f"[red]B gave no result for {escape(shown)}: nothing of "
+                                         f"{'them' if len(unmeasured) > 1 else 'it'} was compared, so this is no "
+                                         "pass[/]")
+    return EXIT_REGRESSION if outcome.regressed or unmeasured else EXIT_OK
 
 
 def _write_report_files(args, outcome) -> None:

@@ -96,6 +96,8 @@ def compare_report(outcome: Any) -> dict[str, Any]:
         env_diff = between(a.environment, b.environment).to_json()
         env_diff["targets"] = sorted({a.target.name, b.target.name})
     return {"schema": SCHEMA, "kind": "compare", "regressed": outcome.regressed,
+            # B's workloads that gave no result: the compare exits 1 for them, regressed or not
+            "unmeasured": list(getattr(outcome, "unmeasured", [])),
             "interrupted": bool(getattr(outcome, "interrupted", False)),
             "run": run_section(b) if b is not None else None,
             "baseline_run": run_section(a) if a is not None else None, "results": result_entries(outcome.comparisons),

@@ -140,6 +140,9 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
 def compare_summary(outcome: Any) -> str:
     """The summary of `modelci compare A B`: B judged against A."""
     verdict = "❌ B regresses against A" if outcome.regressed else "✅ no regression of B against A"
+    unmeasured = getattr(outcome, "unmeasured", [])
+    if unmeasured and not outcome.regressed:
+        verdict = f"❌ B gave no result for {len(unmeasured)} workload{'s' * (len(unmeasured) > 1)}: not compared"
     a, b = outcome.a, outcome.b
     if getattr(outcome, "interrupted", False):
         verdict = ("⚠️ interrupted: only the workloads that finished, not compared" if b is not None
