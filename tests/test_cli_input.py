@@ -293,7 +293,27 @@ def test_a_suite_that_is_a_file_or_empty_and_a_config_that_is_a_folder_say_so(pr
     assert "suite 'workload.py' is a file; a suite is the folder that holds workload files" in said
     assert "an empty --suite" in usage_error(["run", "--target", "current", "--suite", ""], capsys)
     assert "is a folder; pass the modelci.toml" in usage_error(["--config", str(project), "config"], capsys)
+    assert "/dev/null is not a regular file" in usage_error(["--config", "/dev/null", "config"], capsys)
+    (project / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert "pyproject.toml has no [tool.modelci] table" in usage_error(["--config", "pyproject.toml", "config"],
+                                                                       capsys)
     assert not (project / ".modelci").exists()  # the current folder was not run as a suite
+
+
+def test_serve_that_cannot_listen_leaves_no_temporary_site_behind(alarmed, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    said = usage_error(["serve", "--host", "nonexistent.invalid", "--port", "0"], capsys)
+    assert "cannot listen on 'nonexistent.invalid'" in said
+    assert list((tmp_path / "tmp").iterdir()) == []  # a modelci-site-* folder was left for each failed start
+
+
+def test_an_id_in_another_scripts_digits_is_no_id(alarmed, capsys):
+    # int() reads "١" (ARABIC-INDIC DIGIT ONE) as 1: the command acted on alarm 1
+    assert "'١' is not an alarm id" in usage_error(["alarms", "ack", "١"], capsys)
 
 
 def test_serve_on_a_host_that_is_no_address_here_says_so_before_building_the_site(alarmed, capsys):
@@ -317,8 +337,14 @@ def test_report_does_not_replace_a_page_it_did_not_write(alarmed, capsys):
     mine = alarmed.root / "www"
     mine.mkdir()
     (mine / "index.html").write_text("<p>my page</p>")
-    assert "holds an index.html that no modelci report wrote" in usage_error(["report", "--out", "www"], capsys)
+    assert "www holds files that no modelci report wrote (index.html)" in usage_error(["report", "--out", "www"],
+                                                                                       capsys)
     assert (mine / "index.html").read_text() == "<p>my page</p>"
+    # nor does it spread a site among a project's files (`report --out .`), replacing any of the same name
+    (alarmed.root / "assets").mkdir(exist_ok=True)
+    (alarmed.root / "assets" / "site.css").write_text("mine")
+    assert "holds files that no modelci report wrote" in usage_error(["report", "--out", "."], capsys)
+    assert (alarmed.root / "assets" / "site.css").read_text() == "mine" and not (alarmed.root / "w").exists()
     assert "--out is empty" in usage_error(["report", "--out", ""], capsys)
     # a site it wrote itself is written again in place
     assert cli.main(["report", "--out", "site"]) == 0

@@ -224,11 +224,18 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
         path: Path | None = Path(config_file)
         if path.is_dir():
             raise UserError(f"config file {config_file} is a folder; pass the modelci.toml (or pyproject.toml) in it")
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"config file {config_file} does not exist")
+        if not path.is_file():  # /dev/null, a FIFO: reading it would give nothing, or wait for ever
+            raise UserError(f"config file {config_file} is not a regular file; pass the modelci.toml (or "
+                            "pyproject.toml) itself")
         data = read_toml(path)
         if path.name == "pyproject.toml":
-            data = _tool_table(data, path) or {}
+            table = _tool_table(data, path)
+            if table is None:  # named on purpose: its defaults would pass for the settings asked for
+                raise UserError(f"config file {config_file} has no [tool.modelci] table; add one, or pass the "
+                                "project's modelci.toml")
+            data = table
     else:
         path, data = find_file(cwd)
     where = str(path) if path else "config"

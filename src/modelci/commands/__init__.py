@@ -70,6 +70,9 @@ class Once(argparse.Action):
 
 
 def _integer(text: str, low: int, what: str, high: int | None = None) -> int:
+    # ASCII digits only: int() also reads other scripts' digits ("١" is 1), which no id or port is written in
+    if not text.strip().lstrip("+-").isascii():
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
     try:
         value = int(text)
     except ValueError:

@@ -106,19 +106,24 @@ def make_server(store: Any, host: str = "127.0.0.1", port: int = 8000, out: str 
     address here is a UserError, said before the site is built (a large history takes a while)."""
     plotly_js()  # a missing plotly is said before a temporary folder is made
     folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="modelci-site-"))
-    site = LiveSite(store, folder, log=log, **options)
     try:
-        server = DashboardServer((host, port), site, verbose=verbose)
-    except socket.gaierror as exc:
-        raise UserError(f"cannot listen on {host!r}: it is no address of this machine ({exc.strerror}); give "
-                        "--host 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
-    except OSError as exc:
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port (0 takes a free one)"
-                        " or --host") from None
-    try:
-        site.refresh()
+        site = LiveSite(store, folder, log=log, **options)
+        try:
+            server = DashboardServer((host, port), site, verbose=verbose)
+        except socket.gaierror as exc:
+            raise UserError(f"cannot listen on {host!r}: it is no address of this machine ({exc.strerror}); give "
+                            "--host 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port (0 takes a free "
+                            "one) or --host") from None
+        try:
+            site.refresh()
+        except BaseException:
+            server.server_close()
+            raise
     except BaseException:
-        server.server_close()
+        if not out:  # the temporary folder goes with the server that never served it
+            shutil.rmtree(folder, ignore_errors=True)
         raise
     return server
 

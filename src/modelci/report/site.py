@@ -152,11 +152,15 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
     if not str(out).strip():
         raise UserError("--out is empty; pass the folder to write the site into")
     out = Path(out)
-    if (out / "index.html").exists() and not (out / MANIFEST).exists():
-        # a page of the user's own, not a site an earlier report wrote (which leaves its manifest): not ours to
-        # replace
-        raise UserError(f"{out} holds an index.html that no modelci report wrote; pass a new or empty folder, or "
-                        "the folder of an earlier report")
+    if out.is_dir() and not (out / MANIFEST).exists():
+        # files of the user's own, not a site an earlier report wrote (which leaves its manifest): not ours to
+        # replace. `report --out .` in a project, or `--out /`, spread index.html, assets/, w/ and runs/ among
+        # them, and replaced any of the same name
+        theirs = sorted(p.name for p in out.iterdir())
+        if theirs:
+            shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+            raise UserError(f"{out} holds files that no modelci report wrote ({shown}); pass a new or empty "
+                            "folder, or the folder of an earlier report")
     try:
         for folder in (out, out / "assets", out / "w", out / "runs"):
             folder.mkdir(parents=True, exist_ok=True)
