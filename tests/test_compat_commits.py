@@ -175,6 +175,10 @@ def test_bisect_into_an_older_consumer_names_the_commit_whose_models_it_no_longe
         bisect(tiny["cfg"], [str(tiny["suite"])], "tinysuite/OwnFormat", repo=str(tiny["repo"].path),
                good=tiny["c"]["c1"], bad=tiny["c"]["c5"], check="compat", into_spec=spec(tiny, "c0"),
                from_spec=tiny["c"]["c0"], log=lambda _: None)
+    with pytest.raises(UserError, match="--into 'notaversion' is neither a version"):  # it named --from
+        bisect(tiny["cfg"], [str(tiny["suite"])], "tinysuite/OwnFormat", repo=str(tiny["repo"].path),
+               good=tiny["c"]["c1"], bad=tiny["c"]["c5"], check="compat", into_spec="notaversion",
+               build="pythonpath", log=lambda _: None)
 
 
 def test_a_forward_compat_alarm_is_bisected_to_the_commit_whose_models_the_consumer_no_longer_loads(tiny, tmp_path):

@@ -347,7 +347,9 @@ class Producers:
       `fakefw==1.1`): the models saved by that one build.
     """
 
-    def __init__(self, from_spec: str | None, target: Any, cache_dir: Path | str):
+    def __init__(self, from_spec: str | None, target: Any, cache_dir: Path | str, option: str = "--from"):
+        #: the option the user gave it with, as messages name it (a forward bisect's --into)
+        self.option = option
         self.text = (from_spec or "").strip()
         self.target = target_dict(target)
         self.lineage = Lineage(cache_dir)
@@ -380,11 +382,12 @@ class Producers:
             if other.kind == "requirement" and not other.version:
                 raise UserError("a requirement names one build only with ==VERSION")
         except UserError as exc:
-            raise UserError(f"--from {text!r} is neither a version (1.2), a version specifier (>=1.2,<2, "
+            raise UserError(f"{self.option} {text!r} is neither a version (1.2), a version specifier (>=1.2,<2, "
                             f"==2.13.0),{refs} nor a target spec of one build (git+URL@REF, a wheel path, "
                             f"name==1.2): {exc}") from None
         if other.kind == "current":
-            raise UserError("--from current: the running interpreter saves no models; name a version or a build")
+            raise UserError(f"{self.option} current: the running interpreter saves no models; name a version or "
+                            "a build")
         if other.kind == "git":
             self.build = {"commit": other.commit}
         elif other.kind == "wheel":
@@ -473,7 +476,7 @@ def describe_store(manifests: list[dict[str, Any]]) -> str:
 
 def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
           from_spec: str | None = None, direction: str = "backward", progress: Any = None,
-          store: Any = None) -> CompatOutcome:
+          store: Any = None, from_option: str = "--from") -> CompatOutcome:
     """Load every selected stored model into the consumer build(s), infer, compare, and keep the outcome.
 
     `backward`: models saved by older builds (or those `from_spec` picks) load in the target. `forward`: models
@@ -490,7 +493,8 @@ def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | 
     if target.kind == "current":
         raise UserError("compat needs a target with a version (numpy==2.0.0, a wheel or a git commit), not "
                         "'current': saved models are ordered by the version that saved them")
-    producers = Producers(from_spec, target, config.cache_dir)  # a bad --from is said before the environment
+    # a bad --from is said before the environment; `from_option` is how the caller's user gave it
+    producers = Producers(from_spec, target, config.cache_dir, from_option)
     store = store or Store.from_config(config)
     manifests, problems = records.read_manifests(store.artifacts)
     progress.note(f"target {target.spec}: preparing the environment")

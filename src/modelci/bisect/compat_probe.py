@@ -76,7 +76,8 @@ class CompatProber:
             if self.into_spec is not None:
                 meta = self._save_models(spec)
                 outcome = compat.check(self.config, spec, self.suite_specs, self.pattern, from_spec=self.into_spec,
-                                       direction="forward", progress=Progress(quiet=True), store=store)
+                                       from_option="--into", direction="forward", progress=Progress(quiet=True),
+                                       store=store)
             else:
                 outcome = compat.check(self.config, spec, self.suite_specs, self.pattern, from_spec=self.producer,
                                        progress=Progress(quiet=True), store=store)
