@@ -325,6 +325,10 @@ def test_serve_on_a_host_that_is_no_address_here_says_so_before_building_the_sit
 def test_env_check_of_a_constraints_file_that_does_not_exist_says_so(project, capsys):
     assert cli.main(["env", "check", "nosuch.txt"]) == 1
     assert f"{project / 'nosuch.txt'} does not exist" in capsys.readouterr().out
+    (project / "folder").mkdir()
+    assert cli.main(["env", "check", "folder", "/dev/null"]) == 1
+    said = capsys.readouterr().out
+    assert f"{project / 'folder'} is a folder" in said and "/dev/null is not a regular file" in said
 
 
 def test_compat_refuses_a_bad_from_before_it_builds_an_environment(project, capsys):

@@ -198,3 +198,16 @@ def test_one_killer_ends_a_child_and_what_it_started():
     else:
         raise AssertionError(f"process {grandchild}, started by the killed child, still runs")
     kill_group(child.pid)  # a group already gone is fine
+
+
+def test_a_wheel_is_found_by_path_by_file_url_and_by_direct_reference(tmp_path):
+    # a file:// URL, or `name @ file://...`, was "no such wheel file" for a wheel that is there
+    from fakewheels import build_fake_wheel
+
+    from modelci import targets
+
+    wheel = build_fake_wheel(tmp_path, "fakefw", "1.2")
+    for spec in (str(wheel), wheel.as_uri(), f"fakefw @ {wheel.as_uri()}"):
+        target = targets.resolve(spec)
+        assert (target.kind, target.name, target.version) == ("wheel", "fakefw", "1.2"), spec
+        assert target.requirements == [str(wheel)]

@@ -11,7 +11,8 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlparse, urlsplit
+from urllib.request import url2pathname
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -139,7 +140,11 @@ def check(spec: str) -> None:
 
 
 def _wheel_target(text: str) -> Target:
-    path = Path(text).expanduser().resolve()
+    """A wheel given as a path, a file:// URL, or a direct reference (`numpy @ file:///.../numpy-2.1.3-...whl`)."""
+    raw = text.split(" @ ", 1)[1].strip() if " @ " in text else text
+    if raw.startswith("file://"):  # the file is what a user means; reading it as a path found none
+        raw = url2pathname(urlparse(raw).path)
+    path = Path(raw).expanduser().resolve()
     if not path.is_file():
         raise UserError(f"target {text!r}: no such wheel file; give the path of a built .whl")
     try:

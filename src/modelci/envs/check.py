@@ -53,7 +53,11 @@ def check(settings: dict[str, Any], root: Path, store: Any, *, locks: list[Lock]
     consumed = {str(Path(p).resolve()) for p in [*configured, *overrides.values(), *pip_constraints]}
     strays = [str(Path(f).resolve()) for f in files] if files else cons.stray_files(root, consumed)
     for path in strays:
-        if not Path(path).is_file():
+        if Path(path).is_dir():
+            report.problems.append(f"{path} is a folder; name a constraints file")
+        elif Path(path).exists() and not Path(path).is_file():
+            report.problems.append(f"{path} is not a regular file; name a constraints file")
+        elif not Path(path).is_file():
             report.problems.append(f"{path} does not exist; name a constraints file that does")
         elif path not in consumed:
             report.problems.append(f"{path} is not consumed: no environment reads it. Add it to [env] constraints "
