@@ -56,6 +56,8 @@ def test_history_shows_the_last_runs_and_says_how_to_see_all(history, capsys):
 def test_history_refuses_a_last_below_one(history, capsys):
     assert cli.main(["history", "s/A", "--metric", "time.infer", "--last", "0"]) == 2
     assert "--last 0: give a number of runs of at least 1, or --all" in capsys.readouterr().err
+    assert cli.main(["history", "--last", "-1"]) == 2  # without a workload it was taken as it came
+    assert "--last -1: give a number of runs of at least 1" in capsys.readouterr().err
 
 
 def test_an_empty_series_says_what_there_is(history, capsys):

@@ -37,6 +37,8 @@ def test_init_writes_a_config_that_names_the_suite_and_loads(tmp_path):
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == [
         "modelci.toml", "models", "models/classifier.py"]
     assert "next: cd project && modelci run --target numpy" in proc.stdout
+    spaced = cli(tmp_path, "init", "--framework", "numpy", "--dir", "my project")
+    assert "next: cd 'my project' && modelci run" in spaced.stdout  # quoted: the line runs as it is printed
     cfg = config.load(cwd=root, environ={})
     assert cfg.sources["suites"] == f"file:{root / 'modelci.toml'}"
     assert cfg.suites == ["models"] and cfg.timeout == 900

@@ -218,7 +218,9 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
                                                   into_spec=into_spec, prober=prober)
         prober.compat.prepare()
 
-    log(f"bisecting {space.size} {space.noun} between {space.describe(space.good)} and {space.describe(space.bad)}")
+    # the size counts the bad end too: "1 release" is the bad end itself, right after the good one
+    noun = space.noun if space.size != 1 else space.noun[:-1]
+    log(f"bisecting {space.size} {noun} after {space.describe(space.good)} up to {space.describe(space.bad)}")
     ends = prober.run([space.good, space.bad], round=0)
     workload = _one_workload(ends, pattern)
     results = {item: found.get(workload) for item, (found, _) in ends.items()}

@@ -37,11 +37,11 @@ def main(args, cfg) -> int:
         alarm_views.render_changes(changes.find_changes(series, changes.calibrated(cfg, store)), out)
         return EXIT_OK
     args.metric = args.metric or "time.train"
+    if args.last < 1:
+        raise UserError(f"--last {args.last}: give a number of runs of at least 1, or --all for every run")
     if not args.workload:
         views.render_workloads(store.workloads(args.runner), store.runs(args.runner), out)
         return EXIT_OK
-    if args.last < 1:
-        raise UserError(f"--last {args.last}: give a number of runs of at least 1, or --all for every run")
     series = store.series(args.workload, args.metric, args.runner)
     if not series:
         raise UserError(_nothing_to_show(store, args.workload, args.metric, args.runner))

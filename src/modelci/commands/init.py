@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from modelci.commands import EXIT_OK
 
 
@@ -25,7 +27,7 @@ def main(args, cfg) -> int:
     out = views.console()
     for path in (written.config, written.workload):
         out.print(f"wrote {path}", markup=False, highlight=False)
-    where = "" if args.dir == "." else f"cd {args.dir} && "
+    where = "" if args.dir == "." else f"cd {shlex.quote(args.dir)} && "  # a folder with a space is one argument
     out.print(f"next: {where}{written.command}   (any release, a .whl, git+URL@REF or --repo PATH --ref REF)",
               markup=False, highlight=False)
     return EXIT_OK
