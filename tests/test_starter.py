@@ -72,6 +72,13 @@ def test_init_refuses_to_overwrite_and_writes_nothing(tmp_path, existing):
     assert {p: (p.read_text() if p.is_file() else None) for p in tmp_path.rglob("*")} == before
 
 
+def test_init_into_a_project_set_up_in_its_pyproject_is_refused(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.modelci]\nrunner = "r"\n')
+    proc = cli(tmp_path, "init", "--dir", ".")
+    assert proc.returncode == 2 and "already holds a [tool.modelci] table" in proc.stderr
+    assert not (tmp_path / "modelci.toml").exists()  # it would have won over runner = "r", silently
+
+
 def test_init_into_a_file_or_an_unknown_framework_is_a_user_error(tmp_path):
     (tmp_path / "afile").write_text("")
     proc = cli(tmp_path, "init", "--dir", "afile")

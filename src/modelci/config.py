@@ -160,13 +160,13 @@ def find_file(start: Path) -> tuple[Path | None, dict[str, Any]]:
             data = read_toml(path)
             if name == "modelci.toml":
                 return path, data
-            table = _tool_table(data, path)
+            table = tool_table(data, path)
             if table is not None:
                 return path, table
     return None, {}
 
 
-def _tool_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
+def tool_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
     """The [tool.modelci] table of a pyproject.toml, None when it has none; a `tool` or `tool.modelci` that is
     not a table is a UserError naming it."""
     tool = data.get("tool", {})
@@ -231,7 +231,7 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
                             "pyproject.toml) itself")
         data = read_toml(path)
         if path.name == "pyproject.toml":
-            table = _tool_table(data, path)
+            table = tool_table(data, path)
             if table is None:  # named on purpose: its defaults would pass for the settings asked for
                 raise UserError(f"config file {config_file} has no [tool.modelci] table; add one, or pass the "
                                 "project's modelci.toml")

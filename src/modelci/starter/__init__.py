@@ -100,6 +100,15 @@ def init(folder: str | Path, framework: str) -> Written:
     config, suite = root / "modelci.toml", root / SUITE
     workload = suite / WORKLOAD_FILE
     in_the_way = [str(p) for p in (config, suite) if p.exists() or p.is_symlink()]
+    pyproject = root / "pyproject.toml"
+    if not in_the_way and pyproject.is_file():
+        from modelci.config import tool_table, read_toml
+
+        if tool_table(read_toml(pyproject), pyproject) is not None:
+            # a modelci.toml beside it would win, and its [tool.modelci] settings would be silently set aside
+            raise UserError(f"{pyproject} already holds a [tool.modelci] table: this folder is set up; a "
+                            "modelci.toml written beside it would silently replace those settings. Pass --dir "
+                            "with another folder")
     if in_the_way:
         raise UserError(f"{' and '.join(in_the_way)} already exist{'s' if len(in_the_way) == 1 else ''}; "
                         "modelci init never overwrites anything: move them away, or pass --dir with another folder")
