@@ -102,7 +102,7 @@ def init(folder: str | Path, framework: str) -> Written:
     in_the_way = [str(p) for p in (config, suite) if p.exists() or p.is_symlink()]
     pyproject = root / "pyproject.toml"
     if not in_the_way and pyproject.is_file():
-        from modelci.config import tool_table, read_toml
+        from modelci.config import read_toml, tool_table
 
         if tool_table(read_toml(pyproject), pyproject) is not None:
             # a modelci.toml beside it would win, and its [tool.modelci] settings would be silently set aside
