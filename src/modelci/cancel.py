@@ -20,7 +20,9 @@ system does after its grace period.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -36,7 +38,7 @@ class Cancelled(KeyboardInterrupt):
         self.signum = signum
 
 
-_state: dict[str, Any] = {"received": None, "deferring": 0, "pending": None}
+_state: dict[str, Any] = {"received": None, "deferring": 0, "pending": None, "unraisable": sys.unraisablehook}
 
 
 def install() -> None:
@@ -45,6 +47,36 @@ def install() -> None:
         return
     for signum in SIGNALS:
         signal.signal(signum, _handle)
+    if sys.unraisablehook is not _unraisable:
+        _state["unraisable"] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+
+
+def _unraisable(unraisable: Any) -> None:
+    """Deliver again a `Cancelled` that a finalizer swallowed.
+
+    Python runs a signal's handler wherever the main thread is, also inside a `__del__` or a weakref callback
+    (SQLAlchemy's pool has some), and an exception raised there is only printed ("Exception ignored in ...").
+    The cancel was then lost: the command ran on to its end, and every later signal was held as a second one.
+    Here the signal is sent to the main thread once more, from a thread of its own so that it arrives after this
+    hook has returned (raised in the hook, it would be swallowed again), and is raised where the command can act
+    on it; any other unraisable exception goes to the hook that was there before."""
+    if isinstance(unraisable.exc_value, Cancelled) and _state["received"] == unraisable.exc_value.signum:
+        _state["received"] = None  # the handler takes the signal again as the first
+        returned = threading.Event()
+        threading.Thread(target=_send_again, args=(threading.main_thread().ident, unraisable.exc_value.signum,
+                                                   returned), name="modelci-cancel", daemon=True).start()
+        returned.set()
+        return
+    _state["unraisable"](unraisable)
+
+
+def _send_again(main: int, signum: int, returned: threading.Event) -> None:
+    """Send `signum` to the main thread once the hook that asked for it has returned (and a moment more, for
+    the few steps from setting `returned` to leaving it)."""
+    returned.wait()
+    time.sleep(0.01)
+    signal.pthread_kill(main, signum)
 
 
 def _handle(signum: int, frame: Any) -> None:

@@ -170,3 +170,43 @@ def test_a_compare_cancelled_while_a_runs_says_b_did_not_run(project):
     assert {p.get("name"): p.get("value") for p in junit.iter("property")}["interrupted"] == "true"
     assert "B did not run" in (project.root / "summary.md").read_text()
     project.assert_clean(done)
+
+
+SWALLOWED = '''
+import os, signal, sys, time
+from modelci import cancel
+cancel.install()
+
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs here, inside __del__, and its exception is only printed
+            pass
+
+
+try:
+    obj = Finalized()
+    del obj
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("ran to the end")
+except KeyboardInterrupt:
+    print("cancelled")
+    sys.exit(cancel.exit_code())
+'''
+
+
+def test_a_signal_that_lands_in_a_finalizer_still_cancels(tmp_path):
+    """Python runs a signal's handler inside whatever the main thread runs, a `__del__` or a weakref callback
+    too (SQLAlchemy's pool has some), where the exception it raises is only printed. The cancel was lost: the
+    command ran on to its end and held every later signal as a second one."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "swallowed.py"
+    script.write_text(SWALLOWED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (143, "cancelled"), done.stdout + done.stderr
+    assert "Exception ignored" not in done.stderr, done.stderr
