@@ -76,6 +76,8 @@ active = true
     ('[[policy]]\nmetric = "loss"\nskip_head = 1.5\n', "key 'skip_head' must be int, got 1.5"),
     ('[[policy]]\nmetric = "mem.peak_rss"\nworkload = 3\n', "key 'workload' must be a workload id or glob"),
     ('policy = 3\n', "'policy' must be an array of tables ([[policy]])"),
+    ('[[allow]]\nworkload = "suite/*"\nreason = 5\nexpires = 2099-01-01\n',
+     "[[allow]] entry 1: key 'reason' must be text saying why the difference is known and accepted, got 5"),
     ('[[allow]]\nworkload = "suite/*"\nmetric = "time.infer"\nreason = "known"\nexpires = 2020-01-01\n',
      "[[allow]] entry 1 (workload='suite/*', metric='time.infer', reason 'known') expired on 2020-01-01: it no longer "
      "silences anything"),

@@ -106,6 +106,9 @@ def validate_allow(entries: Any, where: str, today: date) -> list[dict]:
             raise UserError(f"{label} needs a 'workload' or 'metric' pattern (an entry that allows everything "
                             "would silence every check)")
         reason = entry.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise UserError(f"{label}: key 'reason' must be text saying why the difference is known and "
+                            f"accepted, got {reason!r}")
         if not isinstance(reason, str) or not reason.strip():
             raise UserError(f"{label}: key 'reason' is required: say why the difference is known and accepted")
         expires = parse_date(entry.get("expires"), f"{label}: key 'expires'")
@@ -217,16 +220,18 @@ def _check_notify_values(settings: dict[str, Any], label: str) -> None:
     # the run waits for its notifications: retries that wait for ever (or NaN seconds) would hold the CI job
     if not 0 <= settings["backoff"] < float("inf"):
         raise UserError(f"{label}: key 'backoff' must be a number of seconds, got {settings['backoff']!r}")
+    from modelci.config import short_number
+
     retries = settings["retries"]
-    if retries > MAX_RETRIES:  # and the sum below would overflow a float for a retries of hundreds of digits
-        raise UserError(f"{label}: key 'retries' must be {MAX_RETRIES} or less, got "
-                        f"{retries if retries < 10**12 else 'more'}")
-    worst = (1 + retries) * settings["timeout"] + settings["backoff"] * (2 ** min(retries, 64) - 1)
+    # at most a billion retries in the sum: one of hundreds of digits overflowed the float it is multiplied by
+    worst = (1 + min(retries, 10**9)) * settings["timeout"] + settings["backoff"] * (2 ** min(retries, 64) - 1)
     if worst > MAX_NOTIFY_SECONDS:
-        raise UserError(f"{label}: retries = {settings['retries']}, timeout = {settings['timeout']:g} and backoff = "
+        raise UserError(f"{label}: retries = {short_number(retries)}, timeout = {settings['timeout']:g} and backoff = "
                         f"{settings['backoff']:g} can hold the run {worst:.3g} s (every attempt to its timeout, and "
                         f"the waits between them, which double); the run waits for its notifications, so keep it "
                         f"within {MAX_NOTIFY_SECONDS} s")
+    if retries > MAX_RETRIES:
+        raise UserError(f"{label}: key 'retries' must be {MAX_RETRIES} or less, got {retries}")
     if settings["kind"] == "email" and not 0 < settings["port"] < 65536:
         raise UserError(f"{label}: key 'port' must be a TCP port from 1 to 65535, got {settings['port']!r}")
 

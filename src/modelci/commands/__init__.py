@@ -66,6 +66,9 @@ class Once(argparse.Action):
         if getattr(namespace, self.dest, None) is not None:
             parser.error(f"{option_string} given twice; give it once (a glob such as '*MLP*' selects several "
                          "workloads)")
+        if isinstance(values, str) and not values.strip():  # '' selected every workload, as no -k does
+            parser.error(f"{option_string} {values!r} is empty; give text of a workload id, or leave it out for "
+                         "every workload")
         setattr(namespace, self.dest, values)
 
 

@@ -169,6 +169,11 @@ def make_engine(url: str) -> Engine:
                         "a SQLite file path or a postgresql:// URL") from None
     except ImportError as exc:
         if make_url(url).get_backend_name() == "postgresql":
+            driver = make_url(url).get_driver_name()
+            if driver != "psycopg":  # the extra installs psycopg 3, not the driver this URL names
+                raise UserError(f"the PostgreSQL driver {driver} that {make_url(url).drivername}:// names is not "
+                                f"installed ({exc}); install it, or write postgresql:// for psycopg 3, which pip "
+                                "install 'modelci[postgres]' installs") from None
             raise UserError(f"the PostgreSQL driver is not installed ({exc}); install it with "
                             "pip install 'modelci[postgres]'") from None
         raise UserError(f"the database driver of {url} is not installed: {exc}") from None
