@@ -20,7 +20,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Callable
 
-from modelci.errors import UserError
+from modelci.errors import UserError, short_number
 
 import tomllib
 
@@ -321,12 +321,6 @@ def coerce(option: Option, value: Any, where: str) -> Any:
     except (TypeError, ValueError):
         raise UserError(f"{where} must be {_type_name(option.type)}, got {value!r}") from None
     return in_range(option, number, where)
-
-
-def short_number(value: Any) -> str:
-    """A number for a message: its repr, or its first digits and its length when it has hundreds."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
 
 
 def in_range(option: Option, number: Any, where: str) -> Any:

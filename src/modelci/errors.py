@@ -15,3 +15,10 @@ class HarnessError(UserError):
 
 class BisectRefused(UserError):
     """A bisect's ends do not bracket a change (the good end is not good, or the bad end is not bad)."""
+
+
+def short_number(value: object) -> str:
+    """A number for a message: its repr, or its first digits and its length when it has hundreds (a TOML
+    integer has no bound, and a message of 400 digits hides what it says)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"

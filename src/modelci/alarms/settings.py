@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Any
 
-from modelci.errors import UserError
+from modelci.errors import UserError, short_number
 from modelci.workload.api import MEASURED_PREFIXES, RESERVED_METRICS
 
 #: the metrics the harness itself records (workload/child.py); a `time.`/`mem.` name outside these is a typo
@@ -220,8 +220,6 @@ def _check_notify_values(settings: dict[str, Any], label: str) -> None:
     # the run waits for its notifications: retries that wait for ever (or NaN seconds) would hold the CI job
     if not 0 <= settings["backoff"] < float("inf"):
         raise UserError(f"{label}: key 'backoff' must be a number of seconds, got {settings['backoff']!r}")
-    from modelci.config import short_number
-
     retries = settings["retries"]
     # at most a billion retries in the sum: one of hundreds of digits overflowed the float it is multiplied by
     worst = (1 + min(retries, 10**9)) * settings["timeout"] + settings["backoff"] * (2 ** min(retries, 64) - 1)
@@ -274,8 +272,6 @@ def _typed(value: Any, kind: type, where: str) -> Any:
         try:
             value = float(value) if ok else value
         except OverflowError:  # an integer of hundreds of digits is no float
-            from modelci.config import short_number
-
             raise UserError(f"{where} must be a finite number, got {short_number(value)}") from None
     elif kind is list:
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
