@@ -136,6 +136,10 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     (["env", "gc", "--older-than", "nan"], "not a number of days of 0 or more"),
     (["run", "--target", "current", "-k", "A", "-k", "B"], "-k given twice"),
     (["run", "--target", "current", "-k", ""], "-k '' is empty; give text of a workload id"),
+    # past the history's columns: PostgreSQL refused the run after every workload had run
+    (["run", "--target", "numpy==1." + "0" * 120, "--suite", "zoo:numpy"],
+     "its version is 122 characters long; the history holds at most 100"),
+    (["compat", "--target", "numpy==2.1.3", "--jobs", "0"], "argument --jobs: 0 is out of range"),
     (["--db", "postgresql+psycopg2://ci@localhost/x", "history"],
      "the PostgreSQL driver psycopg2 that postgresql+psycopg2:// names is not installed"),
 ])
@@ -212,6 +216,7 @@ def test_env_export_into_a_file_says_so(alarmed, capsys):
      "key 'timeout' must be a finite number"),
     ("modelci.toml", b'[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\nretries = 1' + b"0" * 400 + b"\n",
      "retries = 10000000000000000000... (401 digits), timeout = 10 and backoff = 1 can hold the run"),
+    ("modelci.toml", b'[[overrides]]\nworkload = ""\nrtol = 0.1\n', "key 'workload' must be a non-empty string"),
     ("modelci.toml", b'db = "   "\n', "db = '   ' (from file:"),
     ("modelci.toml", b'artifacts = ""\n', "modelci.toml) is blank; give a path, or leave it out"),
     ("modelci.toml", b'runner = "' + b"r" * 201 + b'"\n', "is 201 characters long; the most is 200"),

@@ -430,8 +430,8 @@ def validate_overrides(entries: Any, where: str) -> list[dict[str, Any]]:
             raise UserError(f"{label} must be a table")
         patterns = {k: entry[k] for k in ("workload", "metric") if k in entry}
         for key, value in patterns.items():
-            if not isinstance(value, str):
-                raise UserError(f"{label}: key {key!r} must be a string pattern, got {value!r}")
+            if not isinstance(value, str) or not value:  # "" matched nothing, silently, as [[policy]] refuses
+                raise UserError(f"{label}: key {key!r} must be a non-empty string pattern, got {value!r}")
         if not patterns:
             raise UserError(f"{label} needs a 'workload' or 'metric' pattern")
         settings = validate_policy({k: v for k, v in entry.items() if k not in patterns}, label)

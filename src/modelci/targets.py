@@ -94,12 +94,27 @@ def order_key(version: str | None, commit_date: str | None, first_run: int, targ
     return parse_version(version) or Version("0"), commit_date or "", first_run, target_id
 
 
+#: the longest target name and version the history stores (its columns: PostgreSQL refuses longer ones)
+NAME_MAX, VERSION_MAX = 200, 100
+
+
 def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:
     """Parse a target spec; a bad one is a UserError that names it and says what is accepted.
 
     A git spec is resolved to its commit through a mirror in `cache_dir` (default ~/.cache/modelci); the build
-    itself happens later, in `builds.prepare`, when the environment is made.
+    itself happens later, in `builds.prepare`, when the environment is made. A name or version longer than
+    the history holds is refused here, before any work, not by the database after every workload ran.
     """
+    target = _resolve(spec, cache_dir)
+    for what, value, most in (("name", target.name, NAME_MAX), ("version", target.version or "", VERSION_MAX)):
+        if len(value) > most:
+            raise UserError(f"target {spec[:60]!r}...: its {what} is {len(value)} characters long; the history "
+                            f"holds at most {most}")
+    return target
+
+
+def _resolve(spec: str, cache_dir: str | Path | None) -> Target:
+    """`resolve` without the length check."""
     text = spec.strip()
     if not text:
         raise UserError("the target is empty; give a requirement (numpy==2.0.0), a .whl path, git+URL@REF or "

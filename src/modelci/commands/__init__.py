@@ -30,6 +30,11 @@ EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 
 # argparse types: argparse turns their ArgumentTypeError into "argument --port: ..." and exit 2
 
 
+def jobs(text: str) -> int:
+    """Probes per round of a bisect, 1 or more: checked when given, also where no bisect follows."""
+    return _integer(text, 1, "a number of probes per round, 1 or more")
+
+
 def count(text: str) -> int:
     """A whole number of 0 or more (`--recent`, `--keep`)."""
     return _integer(text, 0, "a whole number of 0 or more")

@@ -6,7 +6,7 @@ culprit did not reproduce); 2 refused (the good end is not good, the bad end is 
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection, jobs
 
 VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow", "old": "dim", "new": "green"}
 
@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--first-parent", action="store_true", help="search the main line only (merged PRs)")
     parser.add_argument("--build", help="how commits are built: wheel (default), pythonpath[:FOLDER], or a shell "
                                         "command that leaves a wheel in $MODELCI_DIST_DIR")
-    parser.add_argument("--jobs", type=int, default=1, help="probes per round, run at once: a (K+1)-ary search")
+    parser.add_argument("--jobs", type=jobs, default=1, help="probes per round, run at once: a (K+1)-ary search")
     add_selection(parser)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK, EXIT_REGRESSION, add_selection
+from modelci.commands import EXIT_OK, EXIT_REGRESSION, add_selection, jobs
 
 
 def add_parser(sub) -> None:
@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
     chain.add_argument("--good", metavar="REF", help="with --bisect-on-alarm: a ref of the target's repository where "
                                                      "the saved models still loaded")
     chain.add_argument("--first-parent", action="store_true", help="with --bisect-on-alarm: search the main line only")
-    chain.add_argument("--jobs", type=int, default=1, help="with --bisect-on-alarm: probes per round")
+    chain.add_argument("--jobs", type=jobs, default=1, help="with --bisect-on-alarm: probes per round")
 
 
 def main(args, cfg) -> int:
