@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,20 @@ def test_spec_round_trip():
     assert targets.parse_git_spec("git+https://host/fw.git") == ("https://host/fw.git", "HEAD", {})
     with pytest.raises(UserError, match="unknown option"):
         targets.parse_git_spec("git+/src/fw@main#bulid=wheel")
+
+
+@pytest.mark.parametrize("build, subdirectory, says", [
+    ("pythonpath:../../..", "", "--build pythonpath:../../.. leads out of the checkout"),
+    ("pythonpath:src/../..", "", "--build pythonpath:src/../.. leads out of the checkout"),
+    ("wheel", "../..", "#subdirectory=../.. leads out of the checkout"),
+])
+def test_a_build_folder_outside_the_checkout_is_refused(build, subdirectory, says):
+    # accepted before, and the run tested whatever sat beside the checkout as the commit's build
+    from modelci.builds import BuildPlan
+
+    with pytest.raises(UserError, match=re.escape(says)):
+        BuildPlan.parse(build, subdirectory)
+    assert BuildPlan.parse("pythonpath:src/pkg", "python").path == "src/pkg"
 
 
 def test_pythonpath_target_imports_the_package_from_the_checkout(project):

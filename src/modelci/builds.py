@@ -33,7 +33,7 @@ import threading
 import time
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -78,6 +78,11 @@ class BuildPlan:
         """`wheel` (also for empty), `pythonpath`, `pythonpath:FOLDER`, or any other text as a shell command."""
         text = (text or "").strip() or "wheel"
         subdirectory = subdirectory.strip("/")
+        folder = text.partition(":")[2].strip("/") if text.startswith("pythonpath:") else ""
+        for what, value in (("#subdirectory=", subdirectory), ("--build pythonpath:", folder)):
+            if ".." in PurePosixPath(value).parts:  # the build must be the commit's: nothing outside is checked out
+                raise UserError(f"{what}{value} leads out of the checkout with '..'; give a folder inside the "
+                                "repository, relative to its root")
         if text == "wheel":
             return cls("wheel", subdirectory=subdirectory)
         if text == "pythonpath" or text.startswith("pythonpath:"):
