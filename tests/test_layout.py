@@ -141,3 +141,25 @@ def test_every_key_of_a_result_info_is_declared():
     assert {"modules", "saved", "settings", "isolation", "worker_rss"} <= set(used)  # the scan finds them
     undeclared = {key: where for key, where in used.items() if key not in declared}
     assert not undeclared, f"keys of Result.info not declared in records.ResultInfo: {undeclared}"
+
+
+def test_the_limits_checked_where_values_are_given_are_the_historys_column_lengths():
+    """Each value a user or a workload gives is checked against the column that stores it where it is given (the
+    child cannot import SQLAlchemy, and config.load must not): those limits are copies of the schema's, and a
+    copy that drifts above its column lets PostgreSQL refuse a whole run after every workload ran."""
+    from modelci import config, steps, targets
+    from modelci.commands import alarms
+    from modelci.store.alarms_schema import AlarmEventRow, AlarmRow
+    from modelci.store.schema import MetricRow, OutputRow, ResultRow, RunRow, TargetRow
+    from modelci.workload import api, child
+
+    def length(column) -> int:
+        return column.property.columns[0].type.length
+
+    assert config.RUNNER_MAX == length(RunRow.runner) == length(AlarmRow.runner)
+    assert alarms.WHO_MAX == length(AlarmEventRow.by) == length(AlarmRow.acknowledged_by)
+    assert child.LABEL_MAX == length(ResultRow.framework) == length(ResultRow.domain)
+    assert api.METRIC_NAME_MAX == length(MetricRow.name) == length(OutputRow.name)
+    assert steps.WORKLOAD_ID_MAX == length(ResultRow.workload) == length(AlarmRow.workload)
+    assert steps.SUITE_NAME_MAX + 1 + child.NAME_MAX <= steps.WORKLOAD_ID_MAX  # suite/name fits
+    assert (targets.NAME_MAX, targets.VERSION_MAX) == (length(TargetRow.name), length(TargetRow.version))

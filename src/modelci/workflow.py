@@ -14,8 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -222,7 +221,7 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
             return store.ingest(**run)
         except ArtifactWriteError as exc:
             why = f"not stored: {exc.what}"
-            kept = [dataclasses.replace(r, outputs={}, info={**r.info, "outputs": why}) if r.outputs else r
+            kept = [replace(r, outputs={}, info={**r.info, "outputs": why}) if r.outputs else r
                     for r in run["results"]]
             run_id = store.ingest(**(run | {"results": kept, "status": INCOMPLETE}))
             for result, stored in zip(run["results"], kept):
@@ -233,8 +232,7 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
     except StoreWriteError as exc:
         outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in run["results"]]
         outcome.unstored = str(exc)
-        full = any(word in str(exc).lower() for word in ("full", "no space", "quota"))
-        fix = ("free space for the history (or point db elsewhere) and run again" if full
+        fix = ("free space for the history (or point db elsewhere) and run again" if exc.full
                else "fix what the history refused and run again")
         raise NotStored(f"{exc}. Nothing of this run is stored; {fix}", outcome) from None
 

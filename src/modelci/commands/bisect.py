@@ -63,10 +63,8 @@ def main(args, cfg) -> int:
     if versions is not None and (args.repo or args.good or args.bad):
         raise UserError("give either --repo/--good/--bad or releases (--versions, --package), not both")
     from modelci.report import files
-    from modelci.store import sqlite_file
-
     # a bisect takes minutes; its report path is checked before it
-    files.prepare({"--json": args.json_path}, history=sqlite_file(cfg.db))
+    files.prepare({"--json": args.json_path}, db=cfg.db)
     out = views.console(stderr=True)
 
     def log(text: str) -> None:

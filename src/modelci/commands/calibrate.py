@@ -25,9 +25,7 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.report import files, json_report
 
-    from modelci.store import sqlite_file
-
-    files.prepare({"--json": args.json_path}, history=sqlite_file(cfg.db))
+    files.prepare({"--json": args.json_path}, db=cfg.db)
     try:
         outcome = workflow.calibrate(cfg, args.target, args.suite or cfg.suites, args.pattern, runs=args.runs,
                                      progress=views.Progress(quiet=args.quiet, every=cfg.progress_every),

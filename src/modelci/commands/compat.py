@@ -44,10 +44,8 @@ def main(args, cfg) -> int:
     from modelci.report import files
 
     chain = bisect_plan(args, args.target)  # refuses --bisect-on-alarm with --no-alarms, or without a git target
-    from modelci.store import sqlite_file
-
     paths = {"--json": args.json_path, "--markdown": args.markdown_path}
-    files.prepare(paths, history=sqlite_file(cfg.db))  # before the check, not after it
+    files.prepare(paths, db=cfg.db)  # before the check, not after it
     store = Store.from_config(cfg)
     outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
                            direction=args.direction, store=store,

@@ -228,9 +228,8 @@ def _outputs(paths: dict[str, str | None], cfg, inputs: dict[str, str | None] | 
     """Refuse, before any work, an output file that cannot be written (a folder, a missing folder, an empty path)
     or that is the history database or a lock file (`inputs`) the command reads."""
     from modelci.report import files
-    from modelci.store import sqlite_file
 
-    files.prepare(paths, remove=False, history=sqlite_file(cfg.db), inputs=inputs)
+    files.prepare(paths, remove=False, db=cfg.db, inputs=inputs)
 
 
 def _writing(paths: dict[str, str | None]):

@@ -62,14 +62,15 @@ def _check_selection(args, store) -> None:
     if args.metric and not args.workload and not args.changes:
         raise UserError(f"--metric {args.metric!r} shows one metric of one workload: give the workload too "
                         "(`modelci history WORKLOAD --metric NAME`), or --changes for every series of that metric")
-    if args.changes and args.workload and not store.metric_names(args.workload, args.runner):
+    if not args.changes or not (args.workload or args.metric):
+        return
+    metrics = store.metric_names(args.workload, args.runner)
+    if args.workload and not metrics:
         raise UserError(_nothing_to_show(store, args.workload, args.metric or "", args.runner))
-    if args.changes and args.metric:
-        metrics = store.metric_names(args.workload, args.runner)
-        if args.metric not in metrics:
-            of = f"workload {args.workload!r}" if args.workload else "the history"
-            raise UserError(f"--metric {args.metric!r}: {of} has no such metric; its metrics: "
-                            f"{', '.join(metrics) or 'none'}")
+    if args.metric and args.metric not in metrics:
+        of = f"workload {args.workload!r}" if args.workload else "the history"
+        raise UserError(f"--metric {args.metric!r}: {of} has no such metric; its metrics: "
+                        f"{', '.join(metrics) or 'none'}")
 
 
 def _nothing_to_show(store, workload: str, metric: str, runner: str | None) -> str:

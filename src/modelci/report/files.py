@@ -42,14 +42,14 @@ class WriteError(UserError):
         self.reason = reason
 
 
-def prepare(paths: dict[str, str | None], remove: bool = True, *, history: Path | None = None,
+def prepare(paths: dict[str, str | None], remove: bool = True, *, db: str | None = None,
             inputs: dict[str, str | None] | None = None) -> None:
     """Check that each output path (option name -> path, None when not asked for) can be written, and remove what
     a previous run left there; a UserError names the option, the path and the reason. Without `remove` the file
     there stays until the new one replaces it whole (an output that is not a run's report: a lock, a diff).
 
-    `history` is the SQLite file of the history database (`store.sqlite_file(cfg.db)`, None for a server): an
-    output path that is it, or its journal, is refused; so is one that is a file the command reads (`inputs`,
+    `db` is the history as configured (`cfg.db`): an output path that is its SQLite file, or one of the files
+    SQLite keeps beside it, is refused; so is one that is a file the command reads (`inputs`,
     option name -> path: `run --lock l.lock --json l.lock` removed the lock before reading it). Every path is
     checked before any file is removed, so a refusal leaves every file as it was."""
     given = {option: path for option, path in paths.items() if path is not None}
@@ -57,7 +57,7 @@ def prepare(paths: dict[str, str | None], remove: bool = True, *, history: Path 
         if not str(path):
             raise UserError(f"{option} '': give a file path")
     for option, path in given.items():
-        _refuse_history(option, path, history)
+        _refuse_history(option, path, db)
         _refuse_input(option, path, inputs or {})
         problem = _problem(Path(path))
         if problem:
@@ -180,10 +180,21 @@ def _problem(target: Path) -> str:
     return ""
 
 
-def _refuse_history(option: str, path: str, history: Path | None) -> None:
-    """Refuse an output path that is the history database, or one of SQLite's files beside it."""
-    if history is None:
+def _refuse_history(option: str, path: str, db: str | None) -> None:
+    """Refuse an output path that is the history database (`db`: a path or URL), or one of SQLite's files
+    beside it. A server's history has no file to refuse."""
+    if not db or ("://" in db and not db.startswith("sqlite")):
         return
+    if "://" in db:
+        from modelci.store import sqlite_file  # SQLAlchemy's URL parsing, for a sqlite:/// URL only
+
+        history = sqlite_file(db)
+        if history is None:
+            return
+    else:
+        # a path, made absolute by config.load: no SQLAlchemy import here, which `run` would pay (0.6 s) before
+        # its worker starts, where it otherwise overlaps the worker's import of the framework
+        history = Path(db)
     real = Path(os.path.realpath(path))
     for side in _SQLITE_SIDES:
         database = Path(str(history) + side)

@@ -64,7 +64,17 @@ INCOMPLETE = "incomplete"
 
 
 class StoreWriteError(HarnessError):
-    """The history database refused a run (a full disk, a server gone away): nothing of the run is in it."""
+    """The history database refused a run (a full disk, a server gone away): nothing of the run is in it. `full`
+    says whether it was for want of space (SQLite's SQLITE_FULL, PostgreSQL's disk_full or quota errors)."""
+
+    def __init__(self, message: str, full: bool) -> None:
+        super().__init__(message)
+        self.full = full
+
+
+#: SQLite's words for SQLITE_FULL, and PostgreSQL's SQLSTATEs for a full disk or an exhausted resource
+_SQLITE_FULL = "database or disk is full"
+_PG_FULL = ("53100", "53200", "53400")
 
 
 def database_url(value: str, readonly: bool = False, create: bool = True) -> str:
@@ -352,8 +362,9 @@ class Store:
                     result.id = result_id
                 return run.id
         except SQLAlchemyError as exc:
-            raise StoreWriteError(f"could not store the run in {self.shown}: "
-                                  f"{_first_line(getattr(exc, 'orig', None) or exc)}") from None
+            orig = getattr(exc, "orig", None) or exc
+            full = _SQLITE_FULL in str(orig) or getattr(orig, "sqlstate", None) in _PG_FULL
+            raise StoreWriteError(f"could not store the run in {self.shown}: {_first_line(orig)}", full) from None
 
     def insert_ignoring_duplicates(self, table: Any) -> Any:
         """An INSERT that skips a row whose key is stored already (ON CONFLICT DO NOTHING): of two runners

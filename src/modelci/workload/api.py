@@ -26,23 +26,26 @@ def shown(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
-def exception_message(exc: BaseException) -> str | None:
-    """`str(exc)`, or None when the exception's own `__str__` raises (or returns no string)."""
+def exception_message(exc: BaseException) -> str:
+    """`str(exc)`, or `<Type; its str() raised Error>` when the exception's own `__str__` raises."""
     try:
         return str(exc)
-    except Exception:  # noqa: BLE001 - the workload's own __str__ may raise anything
-        return None
+    except Exception as err:  # noqa: BLE001 - the workload's own __str__ may raise anything
+        return _unprintable(exc, err)
 
 
 def exception_text(exc: BaseException) -> str:
-    """`Type: message` of an exception, safe against an exception whose `__str__` itself raises: then the type
-    name and what its str() raised. Every reason the child writes goes through here, since a failure in
-    formatting the failure would lose the result and leave only an exit code."""
-    name = type(exc).__name__
+    """`Type: message` of an exception, safe against an exception whose `__str__` itself raises. Every reason the
+    child writes goes through here, since a failure in formatting the failure would lose the result and leave only
+    an exit code."""
     try:
-        return f"{name}: {str(exc)}"
+        return f"{type(exc).__name__}: {str(exc)}"
     except Exception as err:  # noqa: BLE001 - the workload's own __str__ may raise anything
-        return f"<{name}; its str() raised {type(err).__name__}>"
+        return _unprintable(exc, err)
+
+
+def _unprintable(exc: BaseException, err: Exception) -> str:
+    return f"<{type(exc).__name__}; its str() raised {type(err).__name__}>"
 
 
 def exception_repr(exc: BaseException) -> str:

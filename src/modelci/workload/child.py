@@ -579,9 +579,7 @@ def save_outputs(outputs: Any, helper: Any, folder: Path) -> dict[str, dict[str,
         try:
             dtype, shape = npy.save(path, helper.to_numpy(value))
         except (TypeError, ValueError) as exc:  # a value numpy cannot make one numeric array of
-            why = exception_message(exc)
-            raise TypeError(f"output {name!r} ({shown(value)}) cannot be stored: "
-                            f"{exception_text(exc) if why is None else why}") from None
+            raise TypeError(f"output {name!r} ({shown(value)}) cannot be stored: {exception_message(exc)}") from None
         written[name] = {"file": str(path.relative_to(folder.parent)), "dtype": dtype, "shape": shape}
     return written
 
@@ -834,8 +832,10 @@ class Placement:
                 "node_address": self.node_address}
 
 
-#: the workload's method running in each phase of `run_phases`, for a reason that names the call
-PHASE_CALLS = {"setup": "setup()", "train": "train_step()", "infer": "infer()", "save": "save()"}
+#: the workload's method running in each phase of `run_phases` and of compat_child's jobs, for a reason that names
+#: the call
+PHASE_CALLS = {"setup": "setup()", "train": "train_step()", "infer": "infer()", "save": "save()",
+               "inputs": "example_inputs()", "load": "load()"}
 
 
 def exit_reason(exc: BaseException, phase: str) -> str:
@@ -853,8 +853,7 @@ def exit_reason(exc: BaseException, phase: str) -> str:
 
 def skip_reason(exc: SkipWorkload) -> str:
     """The reason of a skipped workload: what SkipWorkload says, safe against a message that cannot be shown."""
-    why = exception_message(exc)
-    return exception_text(exc) if why is None else why or "skipped by the workload"
+    return exception_message(exc) or "skipped by the workload"
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from modelci.workload import lifeline
-from modelci.workload.api import Context, SkipWorkload, Workload, exception_repr, exception_text
+from modelci.workload.api import Context, SkipWorkload, Workload, exception_text
 from modelci.workload.child import (
     drop_working_directory,
     enter_suite,
+    exit_reason,
     failure_traceback,
     find_class,
     format_reason,
@@ -185,10 +186,6 @@ class Jobs:
         return record
 
 
-#: the workload's method running in each phase of a job, for a reason that names the call
-PHASE_CALLS = {"setup": "setup()", "inputs": "example_inputs()", "load": "load()", "infer": "infer()"}
-
-
 def raise_as_failed(record: dict[str, Any], exc: BaseException) -> None:
     """Mark a record `load_failed` with the exception, the phase it came from, and the traceback.
 
@@ -196,11 +193,7 @@ def raise_as_failed(record: dict[str, Any], exc: BaseException) -> None:
     own SystemExit or KeyboardInterrupt is a failure of its job like any exception, not the end of the process
     and of every job after it: the parent stops this process with signals (child.exit_reason says why).
     """
-    if isinstance(exc, Exception):
-        reason = exception_text(exc)
-    else:
-        call = PHASE_CALLS.get(record["phase"], "the workload (importing it)")
-        reason = f"{call} raised {exception_repr(exc)}, which would end the process; raise an ordinary exception"
+    reason = exception_text(exc) if isinstance(exc, Exception) else exit_reason(exc, record["phase"])
     record.update(status="load_failed", reason=f"{reason} (in {record['phase']})", traceback=failure_traceback(exc))
 
 
