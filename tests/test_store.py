@@ -101,6 +101,28 @@ def test_an_empty_run_is_stored(store):
     assert store.run(run_id).results == []
 
 
+def test_text_longer_than_its_column_is_stored_cut_with_a_digest_the_same_on_both_backends(store):
+    # PostgreSQL refused the whole run for one such value, after every workload had run; SQLite kept it whole
+    table = np.zeros(3, dtype=[("alpha_field", "f8"), ("beta_field", "i4"), ("gamma_field", "f4")])
+    assert len(str(table.dtype)) > 40  # a structured output's dtype: the dtype column holds 40
+    workload, metric = "s/" + "w" * 400, "m" * 250
+    long = Result(workload=workload, status="ok", framework="f" * 50, domain="vision",
+                  metrics={metric: Metric(metric, "samples", [1.0, 2.0], "u" * 30)}, outputs={"o" * 250: table})
+    other = Result(workload="s/" + "w" * 399 + "x", status="ok")  # differs only past the cut
+    run_id = ingest(store, "1.0", [long, other])
+
+    (row,) = query(store, f"select length(workload), framework from results where id = {long.id}")
+    assert row[0] == 300 and row[1] == "f" * 27 + "-" + row[1][-12:]
+    assert query(store, "select count(distinct workload) from results") == [(2,)]
+    assert query(store, "select length(name), length(unit) from metrics") == [(200, 16)]
+    (output,) = query(store, "select length(name), dtype from outputs")
+    assert output[0] == 200 and output[1].startswith(str(table.dtype)[:27]) and len(output[1]) == 40
+    # the array itself is whole, and a query by the whole names finds the cut ones
+    (back,) = [r for r in store.run(run_id).results if r.id == long.id]
+    np.testing.assert_array_equal(next(iter(back.outputs.values())), table)
+    assert [point.median for point in store.series(workload, metric)] == [1.5]
+
+
 def test_series_is_one_metric_of_one_workload_oldest_first_with_its_target(store):
     # ingested out of time order: the series follows started_at, not the run id
     late = ingest(store, "1.2", [result("s/A", 3.0), result("s/B", 30.0)], runner="gpu", minutes=20)

@@ -5,6 +5,7 @@ They hold data only; the store turns them into rows and the checks compare them.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -118,6 +119,15 @@ def clean_text(text: str) -> str:
         return text
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")
+
+
+def fit(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, ending with 12 hex digits of the whole text's digest when cut: two
+    texts that differ past the cut stay different, and one text is always cut the same way."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{text[:limit - 13]}-{digest}"
 
 
 def clean(value: Any) -> Any:

@@ -4,7 +4,6 @@ the store. They live below `workflow` and `compat`, which call them, so neither 
 
 from __future__ import annotations
 
-import hashlib
 import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,7 @@ from modelci.envs.fingerprint import parse_lock
 from modelci.errors import UserError
 from modelci.execute import local
 from modelci.execute.local import WorkloadInfo
-from modelci.records import Result
+from modelci.records import Result, fit
 from modelci.workload import frameworks
 
 if TYPE_CHECKING:
@@ -237,22 +236,15 @@ SUITE_NAME_MAX = 199
 WORKLOAD_ID_MAX = 300
 
 
-def _storable_id(workload_id: str) -> str:
-    """An error's workload id cut to what the history holds, ending with a digest of the whole id when cut (an
-    error of a class in a file with a long name: `suite/FILE.py:CLASS`)."""
-    if len(workload_id) <= WORKLOAD_ID_MAX:
-        return workload_id
-    digest = hashlib.sha256(workload_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"{workload_id[:WORKLOAD_ID_MAX - 13]}-{digest}"
-
-
 def error_results(errors: list[dict[str, Any]], suites: dict[str, Path], workloads: list[WorkloadInfo]) -> list[Result]:
     """Import failures and empty suites as `error` results, so they are stored and never pass."""
     results = []
     for error in errors:
         where = f"{error['file']}, line {error['line']}" if error.get("line") else error["file"]
-        results.append(Result(workload=_storable_id(error.get("workload")
-                                                    or f"{error['suite']}/{Path(error['file']).name}"),
+        # an error of a class in a file with a long name (`suite/FILE.py:CLASS`) may pass the history's limit:
+        # cut here, so the console and the report files name it as the history keeps it
+        results.append(Result(workload=fit(error.get("workload") or f"{error['suite']}/{Path(error['file']).name}",
+                                  WORKLOAD_ID_MAX),
                               status="error",
                               reason=f"{where}: {error['message']}", traceback=error.get("traceback", ""),
                               code_hash=error.get("code_hash", "")))

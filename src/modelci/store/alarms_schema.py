@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import JSON, Date, DateTime, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import JSON, Date, DateTime, ForeignKey, Index, Integer, Text, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from modelci.store.schema import Base, utcnow
+from modelci.store.schema import Base, String, utcnow
 
 #: states a person sees; `recovered_at` marks separately that the metric came back to normal
 STATES = ("open", "acknowledged", "silenced", "resolved")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, String, Text
+from sqlalchemy import JSON, DateTime, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from modelci.store.schema import Base, utcnow
+from modelci.store.schema import Base, String, utcnow
 
 
 class BisectRow(Base):

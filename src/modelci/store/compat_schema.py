@@ -17,11 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, select
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from modelci.errors import UserError
-from modelci.store.schema import Base, utcnow
+from modelci.store.schema import Base, String, utcnow
 
 #: version of the manifest files; a reader refuses any other
 MANIFEST_SCHEMA = "modelci.saved-model/1"

@@ -10,14 +10,36 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, Text, UniqueConstraint
+from sqlalchemy import String as _String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+from modelci.records import fit
 
 from modelci.targets import label as target_label
 
 #: the version of the hand-written schema code before Alembic revisions; kept in `schema_info` for the
 #: modelci versions of that time, which refuse any other (the revisions since only add)
 SCHEMA_VERSION = 1
+
+
+class String(TypeDecorator):
+    """A VARCHAR(length) that takes any string: one longer than the column is cut, ending with a digest of the
+    whole (`records.fit`). PostgreSQL refuses a value too long for its column, and would refuse the whole run
+    that holds it after every workload has run; SQLite stores it whole, so the same run would read back
+    differently from the two. The limits a user can reach are checked where the value is given, with a
+    message; this is the last guard, in the one type every text column of the history has. A query's value
+    is cut the same way, so a cut value is still found."""
+
+    impl = _String
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        length = self.impl_instance.length
+        return fit(value, length) if isinstance(value, str) and length else value
 
 
 def utcnow() -> datetime:
