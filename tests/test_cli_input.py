@@ -140,6 +140,12 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     (["run", "--target", "numpy==1." + "0" * 120, "--suite", "zoo:numpy"],
      "its version is 122 characters long; the history holds at most 100"),
     (["compat", "--target", "numpy==2.1.3", "--jobs", "0"], "argument --jobs: 0 is out of range"),
+    # an unset variable in a CI script (`--from "$PRODUCER"`) checked every older version, the default, silently
+    (["compat", "--target", "numpy==2.1.3", "--from", ""], "argument --from: '' is empty"),
+    (["bisect", "--check", "compat", "--good", "a", "--bad", "b", "--into", " "], "argument --into: ' ' is empty"),
+    # each timed call is a value the history keeps in the run's row: a billion would have filled it
+    (["run", "--target", "current", "--suite", "zoo:numpy", "--repeats", "1000000000"],
+     "option --repeats must be 100000 or less"),
     (["--db", "postgresql+psycopg2://ci@localhost/x", "history"],
      "the PostgreSQL driver psycopg2 that postgresql+psycopg2:// names is not installed"),
 ])
@@ -207,6 +213,8 @@ def test_env_export_into_a_file_says_so(alarmed, capsys):
     ("modelci.toml", b'db = "a\\u0000b"\n', "holds a NUL character"),
     ("modelci.toml", b"[checks]\nx = " + b"[" * 2000 + b"]" * 2000 + b"\n", "nested too deeply to read"),
     ("modelci.toml", b"timeout = 1e10\n", "must be 31536000 or less"),
+    # each timed call is a value the history keeps in the run's row: a billion would have filled it
+    ("modelci.toml", b"repeats = 1000000000\n", "must be 100000 or less"),
     # numbers of hundreds of digits were an OverflowError; blank paths made a history named "   ", or scattered
     # the artifact store's folders over the project; a runner label past the history's column lost the run
     ("modelci.toml", b"timeout = 1" + b"0" * 400 + b"\n", "key 'timeout' must be a finite number, got 1000"),

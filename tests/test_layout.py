@@ -146,7 +146,8 @@ def test_every_key_of_a_result_info_is_declared():
 def test_the_limits_checked_where_values_are_given_are_the_historys_column_lengths():
     """Each value a user or a workload gives is checked against the column that stores it where it is given (the
     child cannot import SQLAlchemy, and config.load must not): those limits are copies of the schema's, and a
-    copy that drifts above its column lets PostgreSQL refuse a whole run after every workload ran."""
+    copy that drifts above its column lets a value through that the history then stores cut (store.schema.String),
+    a workload or runner named one way in the console and another in the history."""
     from modelci import config, steps, targets
     from modelci.commands import alarms
     from modelci.store.alarms_schema import AlarmEventRow, AlarmRow
@@ -163,3 +164,12 @@ def test_the_limits_checked_where_values_are_given_are_the_historys_column_lengt
     assert steps.WORKLOAD_ID_MAX == length(ResultRow.workload) == length(AlarmRow.workload)
     assert steps.SUITE_NAME_MAX + 1 + child.NAME_MAX <= steps.WORKLOAD_ID_MAX  # suite/name fits
     assert (targets.NAME_MAX, targets.VERSION_MAX) == (length(TargetRow.name), length(TargetRow.version))
+
+
+def test_the_repeats_option_and_a_workloads_own_repeats_have_one_bound():
+    """`repeats` in modelci.toml or --repeats replaces a workload's own: a bound on one and not the other would let
+    the same billion timed calls in by the other door."""
+    from modelci import config
+    from modelci.workload import child
+
+    assert config.OPTION_BY_NAME["repeats"].maximum == child.WHOLE_NUMBER_MAX

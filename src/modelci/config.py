@@ -80,7 +80,9 @@ class Config:
     #: at most 2**32 - 1: the seed is also each workload's PYTHONHASHSEED, which Python refuses beyond that (every
     #: workload would crash at start, and the run would read as a regression)
     seed: int = option(0, "seed handed to every workload", minimum=0, maximum=2**32 - 1)
-    repeats: int = option(0, "timed inference repeats per workload (0: the workload's own setting)", minimum=0)
+    #: at most what a workload's own `repeats` may be (workload.child.WHOLE_NUMBER_MAX; a test holds them equal)
+    repeats: int = option(0, "timed inference repeats per workload (0: the workload's own setting)", minimum=0,
+                          maximum=100_000)
     python: str = option(sys.executable, "base interpreter for the environments")
     threads: int = option(1, "BLAS/OpenMP threads per workload (0: leave the variables as they are); a fixed count "
                              "keeps timings comparable and numerics reproducible on a shared runner", minimum=0)

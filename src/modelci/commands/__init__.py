@@ -64,6 +64,15 @@ def days(text: str) -> float:
     return value
 
 
+def build(text: str) -> str:
+    """A build to load from or into (`--from`, `--into`): a version, a specifier set, a ref or a target spec.
+    Blank is refused: `--from "$PRODUCER"` with the variable unset meant the option's default, silently."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty; give a version, a specifier set such as '>=1.2', a "
+                                         "ref or a target, or leave the option out for its default")
+    return text
+
+
 class Once(argparse.Action):
     """An option that may be given once: argparse would keep the last of two silently (`-k A -k B` ran B only)."""
 

@@ -6,7 +6,7 @@ culprit did not reproduce); 2 refused (the good end is not good, the bad end is 
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection, jobs
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection, build, jobs
 
 VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow", "old": "dim", "new": "green"}
 
@@ -25,10 +25,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--check", choices=["status", "precision", "curve", "timing", "memory", "compat"],
                         help="the check to follow (default: whichever fails between the ends); compat: the first "
                              "build where the models saved by --from no longer load or match")
-    parser.add_argument("--from", dest="from_spec", metavar="PRODUCER",
+    parser.add_argument("--from", dest="from_spec", type=build, metavar="PRODUCER",
                         help="with --check compat: the build whose saved models are loaded at each probe: a ref, a "
                              "target spec or a version (default: the good end)")
-    parser.add_argument("--into", dest="into_spec", metavar="CONSUMER",
+    parser.add_argument("--into", dest="into_spec", type=build, metavar="CONSUMER",
                         help="with --check compat: the other way round, the first build whose own saved models no "
                              "longer load or match in CONSUMER (an older build that must read them: a ref, a target "
                              "spec or a version); each probe runs the workload, which saves its models, first")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK, EXIT_REGRESSION, add_selection, jobs
+from modelci.commands import EXIT_OK, EXIT_REGRESSION, add_selection, build, jobs
 
 
 def add_parser(sub) -> None:
@@ -10,7 +10,7 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("compat", help="check that models saved by older builds load in the target and match")
     parser.add_argument("--target", required=True, help="numpy==2.0.0, a path to a .whl, or a git target")
     add_selection(parser)
-    parser.add_argument("--from", dest="from_spec", metavar="VERSION_SPEC",
+    parser.add_argument("--from", dest="from_spec", type=build, metavar="VERSION_SPEC",
                         help="producer versions to check: a version (that one and later, older than the target) or "
                              "a specifier set such as '>=1.2,<2' or '==2.13.0' (default: every older version)")
     parser.add_argument("--direction", choices=("backward", "forward", "both"), default="backward",

@@ -177,6 +177,10 @@ WHOLE_NUMBERS = {
     "warmup": (0, "the untimed inference calls before the timed ones"),
     "repeats": (1, "the timed inference calls"),
 }
+#: the most of each: every training step and timed call is one value of a metric that the history keeps whole
+#: in each run's row (a JSON list), and every report reads it back. 100,000 is about 2 MB per metric and run;
+#: `repeats = 10**9` asked for a run that would have filled the history. config's `repeats` has the same bound.
+WHOLE_NUMBER_MAX = 100_000
 
 
 def numbers_problem(cls: type) -> str:
@@ -184,8 +188,9 @@ def numbers_problem(cls: type) -> str:
     of the whole suite (`int("x")`), and a negative one was taken for none."""
     for attribute, (least, meaning) in WHOLE_NUMBERS.items():
         value = getattr(cls, attribute)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            return f"`{attribute}` must be a whole number, {least} or more ({meaning}), not {shown(value)}"
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= WHOLE_NUMBER_MAX:
+            return (f"`{attribute}` must be a whole number from {least} to {WHOLE_NUMBER_MAX:,} ({meaning}), "
+                    f"not {shown(value)}")
     return ""
 
 
