@@ -154,6 +154,24 @@ def test_a_commit_that_does_not_build_gives_error_results_not_a_stopped_run(proj
         "suite/Crash", "suite/Noisy", "suite/Numeric", "suite/SavedModel", "suite/Slow"]
 
 
+def test_a_history_that_refuses_a_failed_build_shows_its_errors_like_any_run_it_refuses(project):
+    # failed_build stored its error results past workflow._ingest: a refusing history was a bare StoreWriteError,
+    # with no results shown, no report files and no advice
+    import sqlite3
+
+    workflow.run(project["cfg"], "current", [str(project["suite"])], "Numeric")  # the history exists
+    with sqlite3.connect(project["cfg"].db) as connection:
+        connection.execute("CREATE TRIGGER frozen BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'runs are frozen'); "
+                           "END")
+    failing = targets.git_spec(str(project["repo"].path), project["shas"]["scaled"], "exit 3")
+    with pytest.raises(workflow.NotStored, match="runs are frozen. Nothing of this run is stored; fix what") as caught:
+        workflow.run(project["cfg"], failing, [str(project["suite"])], "Numeric")
+    outcome = caught.value.outcome
+    assert outcome.run_id is None and "runs are frozen" in outcome.unstored
+    [result] = outcome.results
+    assert result.status == "error" and "the build command 'exit 3'" in result.reason
+
+
 def test_custom_build_command(project):
     make = ('"$PYTHON" -c "import os, sys; sys.path.insert(0, \'_build\'); import fakebackend; '
             'fakebackend.build_wheel(os.environ[\'MODELCI_DIST_DIR\'])"')

@@ -257,9 +257,10 @@ def failed_build(config: Config, store: Store, target: targets.Target, error: bu
                       stderr_tail=error.log_tail, code_hash=code_hash, info=dict(info))
                for workload_id, code_hash in builds.declared_workloads(suites, pattern)]
     outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner)
-    outcome.run_id = store.ingest(target=target, environment=env, runner=config.runner, results=results,
-                                  status="complete", suites=suite_specs, selection=pattern or "",
-                                  command=command, started_at=started)
+    # through _ingest, as any run: a history that refuses it shows the errors and writes the report files
+    outcome.run_id = _ingest(store, outcome, dict(target=target, environment=env, runner=config.runner,
+                                                  results=results, status="complete", suites=suite_specs,
+                                                  selection=pattern or "", command=command, started_at=started))
     outcome.comparisons = evaluate(config, store, target, results)
     if alarms:
         from modelci.alarms import hooks as alarm_hooks

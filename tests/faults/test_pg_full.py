@@ -87,6 +87,7 @@ def test_a_postgresql_history_on_a_full_disk_shows_and_reports_the_results_it_co
     assert "https://" not in done.stderr  # no pointer to SQLAlchemy's or the driver's docs
     # said: on the console, and in every report file, with no run id
     assert "run not stored (not compared)" in done.stdout and "suite/Filler" in done.stdout
+    assert "becomes the reference" not in done.stdout  # a run the history does not hold is nobody's baseline
     report = project.report()
     assert report["run"]["id"] is None
     assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok", "suite/Filler": "ok"}

@@ -200,10 +200,14 @@ def render_run(outcome: Any, out: Console) -> None:
             *([saved_summary(result)] if saving else []),
         )
     out.print(table)
-    if not getattr(outcome, "unstored", ""):  # a run not stored has no baselines and is none
+    stored = not getattr(outcome, "unstored", "")  # a run not stored has no baselines, and is no reference
+    if stored:
         render_baseline_rules(outcome.comparisons, out)
     render_saves(outcome.comparisons, out)
     render_problems(outcome.comparisons, out)
+    if stored and outcome.comparisons and all(c.baseline is None for c in outcome.comparisons):
+        out.print("\nno baseline yet for these workloads on this runner: this run becomes the reference; it passes "
+                  "unless a workload failed.")
 
 
 def render_saves(comparisons: list[Any], out: Console) -> None:
@@ -273,9 +277,6 @@ def render_problems(comparisons: list[Any], out: Console) -> None:
                 gate = "" if finding.gating else " (reported only)"
                 out.print(f"[{VERDICT_STYLE[finding.verdict]}]{finding.verdict}[/]{gate} {escape(result.workload)} "
                           f"{finding.check}/{escape(finding.metric)}: {escape(finding.message)}")
-    if comparisons and all(c.baseline is None for c in comparisons):
-        out.print("\nno baseline yet for these workloads on this runner: this run becomes the reference; it passes "
-                  "unless a workload failed.")
 
 
 def render_compare(outcome: Any, out: Console) -> None:
