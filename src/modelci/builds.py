@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 import zipfile
@@ -49,6 +48,7 @@ from modelci.projectmeta import PROJECT_FILES
 BUILD_SCHEMA = 2
 #: pythonpath builds: the folder beside the wheel that holds the package's dist-info, put on the path
 METADATA_DIR = "site"
+#: the default of config's `build_timeout`
 BUILD_TIMEOUT = 3600.0
 LOG_TAIL_CHARS = 3000
 
@@ -126,12 +126,13 @@ def remembered_failure(target: Any, cache_dir: Path | str, python: str) -> dict[
 
 
 def prepare(target: Any, cache_dir: Path | str, *, python: str, index: Any = None,
-            log: Callable[[str], object] = print) -> list[str]:
+            log: Callable[[str], object] = print, timeout: float = BUILD_TIMEOUT) -> list[str]:
     """Build a git target (or take its cached build) and return the requirements that install it.
 
     Sets the target's name and version from what was built. A pythonpath build returns the package's
     dependencies and sets `target.paths`, the folders each process puts first on its path (the checkout and the
-    package's metadata). Raises BuildError when the commit does not build.
+    package's metadata). Raises BuildError when the commit does not build, or when its build runs past `timeout`
+    seconds.
     """
     folder, plan = build_dir(target, cache_dir, python)
     done = _load(folder)
@@ -141,7 +142,7 @@ def prepare(target: Any, cache_dir: Path | str, *, python: str, index: Any = Non
         with locks.exclusive(folder.with_name(folder.name + ".lock"), log=log,
                              waiting=f"waiting for the build of {target.commit[:12] if target.commit else target.spec}: "
                                      "another process is building it"):
-            done = _load(folder) or _build(target, folder, plan, cache_dir, python, index, log)
+            done = _load(folder) or _build(target, folder, plan, cache_dir, python, index, log, timeout)
     wheel = folder / done["wheel"]
     name, version, _, _ = parse_wheel_filename(wheel.name)
     target.name, target.version = canonicalize_name(name), str(version)
@@ -167,7 +168,7 @@ def _load(folder: Path) -> dict[str, Any] | None:
 
 
 def _build(target: Any, folder: Path, plan: BuildPlan, cache_dir: Path | str, python: str, index: Any,
-           log: Callable[[str], object]) -> dict[str, Any]:
+           log: Callable[[str], object], timeout: float) -> dict[str, Any]:
     memo = folder.with_name(folder.name + ".failed.json")
     label = f"commit {target.commit[:12]}" + (f" ({target.subject})" if target.subject else "")
     start = time.monotonic()
@@ -186,7 +187,7 @@ def _build(target: Any, folder: Path, plan: BuildPlan, cache_dir: Path | str, py
         if plan.strategy == "pythonpath":
             wheel, extra = _pythonpath_build(project, plan, target.commit, tmp, label, python)
         else:
-            wheel = _build_wheel(project, plan, target, tmp, cache_dir, python, index, label)
+            wheel = _build_wheel(project, plan, target, tmp, cache_dir, python, index, label, timeout)
             extra = _unpack(wheel, tmp / METADATA_DIR)
         done = {"schema": BUILD_SCHEMA, "commit": target.commit, "plan": plan.text, "wheel": wheel.name,
                 "python": python, "seconds": round(time.monotonic() - start, 3), **extra}
@@ -206,8 +207,12 @@ def _build(target: Any, folder: Path, plan: BuildPlan, cache_dir: Path | str, py
 
 
 def _build_wheel(project: Path, plan: BuildPlan, target: Any, tmp: Path, cache_dir: Path | str, python: str,
-                 index: Any, label: str) -> Path:
-    """`uv build --wheel` or the user's command, in the checkout; the one wheel it made is moved into `tmp`."""
+                 index: Any, label: str, timeout: float) -> Path:
+    """`uv build --wheel` or the user's command, in the checkout; the one wheel it made is moved into `tmp`.
+
+    It runs supervised (execute.local.supervised): past `timeout`, on a cancelled run, or when this process is
+    killed, the build ends with every process it started. Under subprocess.run a timeout or a SIGTERM ended the
+    shell alone, and the compilers it had started ran on after the run was over."""
     dist = tmp / "dist"
     dist.mkdir()
     env = dict(os.environ, MODELCI_DIST_DIR=str(dist), MODELCI_COMMIT=target.commit, PYTHON=python, NO_COLOR="1")
@@ -222,16 +227,14 @@ def _build_wheel(project: Path, plan: BuildPlan, target: Any, tmp: Path, cache_d
         how = f"the build command {plan.command!r}"
     log_path = tmp / "build.log"
     started = time.time()
+    from modelci.execute import local
+
     with open(log_path, "wb") as out:
-        try:
-            proc = subprocess.run(cmd, cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT)
-            code: int | None = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = None
+        code, _ = local.supervised(cmd, env, out, out, timeout, cwd=project)
     tail = _tail(log_path)
     if code != 0:
-        what = f"exit code {code}" if code is not None else f"no result after {BUILD_TIMEOUT:g} s"
+        what = (f"exit code {code}" if code is not None else
+                f"no result after {timeout:g} s (build_timeout; every process it started was ended)")
         raise BuildError(f"{label} did not build with {how}: {what}; the build log ends with:\n{tail}", tail)
     wheels = sorted(dist.glob("*.whl"))
     if not wheels and plan.strategy == "command":

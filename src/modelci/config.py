@@ -84,6 +84,11 @@ class Config:
     repeats: int = option(0, "timed inference repeats per workload (0: the workload's own setting)", minimum=0,
                           maximum=100_000)
     python: str = option(sys.executable, "base interpreter for the environments")
+    #: a git target's build (uv build, or the --build command) is ended past this, with all it started; building
+    #: a large framework from source (PyTorch: hours) needs more than the hour of the default
+    build_timeout: float = option(3600.0, "seconds a git commit's build may take before it is ended, with every "
+                                          "process it started, and the commit counts as not built",
+                                  minimum=0, above=True, maximum=7 * 24 * 3600)
     threads: int = option(1, "BLAS/OpenMP threads per workload (0: leave the variables as they are); a fixed count "
                              "keeps timings comparable and numerics reproducible on a shared runner", minimum=0)
     suites: list[str] = option([], "default suites when --suite is not given (folders or zoo:NAME)")

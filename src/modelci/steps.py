@@ -68,11 +68,12 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
 
 
 def locked_environment(target: targets.Target, lock: envs.lockfile.Lock, python: str, index: envs.IndexConfig,
-                       cache: Path, environ: dict[str, str], log: Any = print) -> envs.Environment:
+                       cache: Path, environ: dict[str, str], log: Any = print,
+                       build_timeout: float = builds.BUILD_TIMEOUT) -> envs.Environment:
     """Exactly the environment of `lock`, for `target` (built, or taken from the cache); a git target's commit
     is built first (a pythonpath build's package is not in the lock: it goes on the path)."""
     if target.kind == "git":
-        builds.prepare(target, cache, python=python, index=index, log=log)
+        builds.prepare(target, cache, python=python, index=index, log=log, timeout=build_timeout)
     env = envs.ensure_locked(lock, target, python, index, cache, log=log, environ=environ,
                              on_path=bool(target.paths))
     env.paths = list(target.paths)
@@ -100,10 +101,11 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
         return envs.current(cache, environ=environ)
     index = index or index_for(config)
     if lock is not None:
-        return locked_environment(target, lock, config.python, index, cache, environ, log)
+        return locked_environment(target, lock, config.python, index, cache, environ, log, config.build_timeout)
     requirements = list(target.requirements)
     if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
-        requirements = builds.prepare(target, cache, python=config.python, index=index, log=log)
+        requirements = builds.prepare(target, cache, python=config.python, index=index, log=log,
+                                      timeout=config.build_timeout)
     # a pythonpath build's dependencies are the frameworks its workloads use (a library on torch): what their
     # helpers need goes into the first environment too, not into a second one found only at discovery
     provided = [target.name, *(Requirement(req).name for req in requirements)] if target.paths else [target.name]

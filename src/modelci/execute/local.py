@@ -152,33 +152,42 @@ def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float | N
     too, even when this process is killed with SIGKILL.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "stdout.txt", "wb") as out, open(log_dir / "stderr.txt", "wb") as err:
+        return supervised(cmd, env, out, err, timeout, watch, python=cmd[0])
+
+
+def supervised(cmd: list[str], env: dict[str, str], out: Any, err: Any, timeout: float | None,
+               watch: Callable[[], bool] | None = None, *, python: str = sys.executable,
+               cwd: Path | None = None) -> tuple[int | None, float]:
+    """`spawn` for any command, its output to the open files `out` and `err` (they may be one), run in `cwd`:
+    the command runs under the lifeline supervisor of `python` (an interpreter whose standard library it needs),
+    in a session of its own, and whatever it started is ended when it exits, times out, or this process is
+    cancelled or killed. A build command's compilers outlived a cancelled run (builds.py)."""
     start = time.monotonic()
     deadline = start + timeout if timeout is not None else float("inf")
     env = with_parent(env)  # the child dies with this process, whatever kills it (workload/lifeline.py)
-    with open(log_dir / "stdout.txt", "wb") as out, open(log_dir / "stderr.txt", "wb") as err:
-        # by its file, isolated (-I) and without site (-S): the supervisor needs the standard library only, and
-        # starts before every spawned child
-        supervised = [cmd[0], "-I", "-S", LIFELINE, "--", *cmd]
-        proc = subprocess.Popen(supervised, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        code: int | None = None
-        try:
-            while True:
-                step = deadline - time.monotonic()
-                if watch is not None:
-                    step = min(step, WATCH_INTERVAL)
-                try:
-                    code = proc.wait(timeout=max(step, 0.0) if step != float("inf") else None)
+    # by its file, isolated (-I) and without site (-S): the supervisor needs the standard library only, and
+    # starts before every spawned child
+    proc = subprocess.Popen([python, "-I", "-S", LIFELINE, "--", *cmd], env=env, stdout=out, stderr=err,
+                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+    code: int | None = None
+    try:
+        while True:
+            step = deadline - time.monotonic()
+            if watch is not None:
+                step = min(step, WATCH_INTERVAL)
+            try:
+                code = proc.wait(timeout=max(step, 0.0) if step != float("inf") else None)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline or (watch is not None and watch()):
                     break
-                except subprocess.TimeoutExpired:
-                    if time.monotonic() >= deadline or (watch is not None and watch()):
-                        break
-        except BaseException:
-            _kill(proc)
-            raise
-        # the group goes after every child, not only on a timeout: a process the workload started and left
-        # running (a server, a data loader) would outlive the run
+    except BaseException:
         _kill(proc)
+        raise
+    # the group goes after every child, not only on a timeout: a process the child started and left running
+    # (a server, a data loader) would outlive the run
+    _kill(proc)
     return code, time.monotonic() - start
 
 

@@ -252,7 +252,7 @@ class RayExecutor(base.Executor):
             "modelci": _version(), "target": target, "lock": lock, "environment": env.id,
             "fingerprint": ray_agent.software(env.fingerprint),
             "index": steps.index_for(config) if lock is not None else None,
-            "settings": {"seed": config.seed, "threads": config.threads,
+            "settings": {"seed": config.seed, "threads": config.threads, "build_timeout": config.build_timeout,
                          "isolation": config.isolation, "start_timeout": float(config.timeout),
                          "cache_dir": config.cache_dir if sources.get("cache_dir", "default") != "default" else "",
                          "python": config.python if sources.get("python", "default") != "default" else ""},
