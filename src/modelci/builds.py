@@ -210,7 +210,7 @@ def _build_wheel(project: Path, plan: BuildPlan, target: Any, tmp: Path, cache_d
                  index: Any, label: str, timeout: float) -> Path:
     """`uv build --wheel` or the user's command, in the checkout; the one wheel it made is moved into `tmp`.
 
-    It runs supervised (execute.local.supervised): past `timeout`, on a cancelled run, or when this process is
+    It runs supervised (execute/supervisor.py): past `timeout`, on a cancelled run, or when this process is
     killed, the build ends with every process it started. Under subprocess.run a timeout or a SIGTERM ended the
     shell alone, and the compilers it had started ran on after the run was over."""
     dist = tmp / "dist"
@@ -227,10 +227,10 @@ def _build_wheel(project: Path, plan: BuildPlan, target: Any, tmp: Path, cache_d
         how = f"the build command {plan.command!r}"
     log_path = tmp / "build.log"
     started = time.time()
-    from modelci.execute import local
+    from modelci.execute import supervisor
 
     with open(log_path, "wb") as out:
-        code, _ = local.supervised(cmd, env, out, out, timeout, cwd=project)
+        code, _ = supervisor.run(cmd, env, out, out, timeout, cwd=project)
     tail = _tail(log_path)
     if code != 0:
         what = (f"exit code {code}" if code is not None else

@@ -1,13 +1,18 @@
-"""A git commit's build that hangs, is cancelled, or outlives a killed harness: it ends with every process it
-started. Under subprocess.run a timeout or a SIGTERM ended the build's shell alone, and the compilers it had
-started (here: `sleep`s, one of them in a session of its own) ran on after the run was over."""
+"""A git commit's build, or an environment's install, that hangs, is cancelled, or outlives a killed harness: it
+ends with every process it started. Under subprocess.run a timeout or a SIGTERM ended a build's shell alone, and
+the compilers it had started (here: `sleep`s, one of them in a session of its own) ran on after the run was over;
+a SIGTERM while uv installed an environment waited for uv to finish, and a SIGKILL left uv and its sdist build
+running."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import tarfile
+import textwrap
 
 import pytest
+from fakewheels import build_fake_wheel
 from probes import QUICK, processes_with, wait_for
 
 #: a build that tells the probe it has started, leaves a process in its group and one in a session of its own,
@@ -57,4 +62,45 @@ def test_a_build_ends_with_the_run_that_is_cancelled_or_killed(project, repo, si
     if signum == signal.SIGTERM:
         assert "interrupted (SIGTERM)" in err
     # SIGKILL included: the build's supervisor gets its parent-death signal and ends what the build started
+    project.assert_clean(type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode}))
+
+
+#: an sdist whose in-tree build backend tells the probe it has started, leaves a process in a session of its own
+#: and never ends: what uv runs while it installs an environment that needs the package
+SLOW_BACKEND = """
+import os, subprocess, time
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    open(os.path.join(os.environ["PROBE_DIR"], "installing"), "w").close()
+    subprocess.Popen(["sleep", "1003"], start_new_session=True)
+    time.sleep(1000)
+    return []
+"""
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGKILL, -9)])
+def test_an_environment_install_ends_with_the_run_that_is_cancelled_or_killed(project, tmp_path, signum, code):
+    source = tmp_path / "slowpkg-0.1"
+    source.mkdir()
+    (source / "pyproject.toml").write_text('[project]\nname = "slowpkg"\nversion = "0.1"\n\n[build-system]\n'
+                                           'requires = []\nbuild-backend = "slow_backend"\nbackend-path = ["."]\n')
+    (source / "slow_backend.py").write_text(SLOW_BACKEND)
+    sdist = tmp_path / "slowpkg-0.1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        archive.add(source, arcname=source.name)
+    target = build_fake_wheel(tmp_path, "fakefw", "1.0")
+    project.workloads(QUICK + textwrap.dedent(f"""
+        class NeedsSlow(Quick):
+            requires = ["slowpkg @ {sdist.as_uri()}"]
+    """))
+    proc = project.start("run", "--target", str(target), "--suite", "suite", "--json", "report.json")
+    wait_for(lambda: project.marker("installing").exists() or proc.poll() is not None, 120, "the install")
+    assert proc.poll() is None, proc.communicate()
+    wait_for(lambda: len(processes_with(project.token)) >= 5, 30, "the install's processes")
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)  # promptly: uv is not waited for
+    assert proc.returncode == code, err
+    if signum == signal.SIGTERM:
+        assert "interrupted (SIGTERM)" in err
     project.assert_clean(type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode}))

@@ -332,31 +332,44 @@ def _run_uv(uv: str, args: list[str], cache_dir: Path,
     """Run uv and keep what it printed; with `log`, each of its progress lines (`Resolved 12 packages in 1.2s`,
     `Downloading torch (170.3MiB)`, `Installed ...`) is passed on as uv prints it, so that a build of minutes
     is not silent. The list of packages it installs (` + name==version`) is not: the lock says it."""
+    from modelci.execute import supervisor
+    from modelci.workload.lifeline import CANNOT_RUN
+
     env = dict(os.environ)
     # Runs share uv's cache, but a user's own UV_CACHE_DIR wins.
     env.setdefault("UV_CACHE_DIR", str(cache_dir / "uv-cache"))
     env["NO_COLOR"] = "1"  # plain "error:" / "cause:" lines, which _uv_reason reads
+    # Supervised (execute/supervisor.py): a cancelled run ends uv and the sdist builds it started. Under a plain
+    # Popen a SIGTERM waited for uv to finish (minutes, for a download or a build), and a SIGKILL left it running.
+    # cwd=cache_dir: the project around the user's cwd (pyproject, uv.toml) must not steer the build.
+    proc = supervisor.start([uv, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cache_dir)
     try:
-        # cwd=cache_dir: the project around the user's cwd (pyproject, uv.toml) must not steer the build.
         if log is None:
-            return subprocess.run([uv, *args], capture_output=True, text=True, cwd=cache_dir, env=env)
-        proc = subprocess.Popen([uv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                cwd=cache_dir, env=env)
-    except OSError as exc:
-        raise HarnessError(f"could not run uv ({uv}): {exc}") from exc
-    with proc:
-        stdout: list[str] = []
-        reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
-        reader.start()
-        stderr = []
-        for line in proc.stderr:
-            stderr.append(line)
-            text = line.strip()
-            if text and not line.startswith((" + ", " - ", " ~ ")) and not text.startswith(("error:", "×", "╰", "│")):
-                log(f"uv: {text}")
-        reader.join()
+            out, err = proc.communicate()
+        else:
+            stdout: list[str] = []
+            reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
+            reader.start()
+            stderr = []
+            for line in proc.stderr:
+                stderr.append(line)
+                text = line.strip()
+                if text and not line.startswith((" + ", " - ", " ~ ")) and not text.startswith(
+                        ("error:", "×", "╰", "│")):
+                    log(f"uv: {text}")
+            reader.join()
+            out, err = "".join(stdout), "".join(stderr)
         code = proc.wait()
-    return subprocess.CompletedProcess([uv, *args], code, "".join(stdout), "".join(stderr))
+    except BaseException:
+        supervisor.stop(proc)
+        raise
+    finally:
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+    if code == 127 and err.startswith(CANNOT_RUN):
+        raise HarnessError(f"could not run uv ({uv}): {err.strip()}")
+    return subprocess.CompletedProcess([uv, *args], code, out, err)
 
 
 def _uv_reason(stderr: str) -> str:

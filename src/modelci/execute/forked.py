@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from modelci.errors import UserError
-from modelci.execute import base, local
+from modelci.execute import base, local, supervisor
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
 from modelci.workload.processes import kill_group, signal_name
@@ -74,7 +74,7 @@ class Worker:
         with open(log, "wb") as err:
             # its own session: a Ctrl-C at the terminal reaches only us, and we stop the worker
             # it dies with us, whatever kills us: the parent-death signal and EOF on its stdin (workload/lifeline.py)
-            self.proc = subprocess.Popen(cmd, env=local.with_parent(env), stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen(cmd, env=supervisor.with_parent(env), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         self._buffer = b""
         self.timeout = timeout
@@ -201,7 +201,7 @@ class Worker:
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + STOP_S
-        while time.monotonic() < deadline and not local.ended(self.proc.pid):
+        while time.monotonic() < deadline and not supervisor.ended(self.proc.pid):
             time.sleep(0.01)
         kill_group(self.proc.pid)
         self.proc.wait()
@@ -504,7 +504,7 @@ class Executor(base.Executor):
         if watch is None:
             return worker.answer(job, deadline)
         while True:
-            message = worker.answer(job, min(deadline, time.monotonic() + local.WATCH_INTERVAL))
+            message = worker.answer(job, min(deadline, time.monotonic() + supervisor.WATCH_INTERVAL))
             if message is not None or time.monotonic() >= deadline or watch():
                 return message
 

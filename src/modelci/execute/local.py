@@ -10,11 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,8 +20,9 @@ import numpy as np
 
 import modelci
 from modelci.errors import HarnessError, UserError
+from modelci.execute import supervisor
 from modelci.records import Metric, Result
-from modelci.workload.processes import kill_group, signal_name
+from modelci.workload.processes import signal_name
 
 STDERR_TAIL_CHARS = 4000
 
@@ -134,97 +132,22 @@ def tail(path: Path, limit: int = STDERR_TAIL_CHARS) -> str:
     return text.strip()
 
 
-#: seconds between two calls of a `watch` function while a child runs
-WATCH_INTERVAL = 0.05
-
-
 def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float | None,
           watch: Callable[[], bool] | None = None) -> tuple[int | None, float]:
     """Run a child in its own process group; returns (exit code or None on timeout, seconds).
 
     Its own session means a Ctrl-C at the terminal reaches only the parent, which then kills the
     child and stores what it has (docs/design.md: an interrupted run is stored, marked interrupted).
-    `watch`, when given, is called every WATCH_INTERVAL seconds; the child is killed (exit code None) once
-    it returns True. compat uses it for a timeout per job of a child that runs many jobs.
+    `watch`, when given, is called every supervisor.WATCH_INTERVAL seconds; the child is killed (exit code None)
+    once it returns True. compat uses it for a timeout per job of a child that runs many jobs.
 
     `cmd` (a Python interpreter and its arguments) runs under the lifeline supervisor of that interpreter
-    (workload/lifeline.py): whatever the child starts ends with it, a process that left its group with `setsid`
+    (execute/supervisor.py): whatever the child starts ends with it, a process that left its group with `setsid`
     too, even when this process is killed with SIGKILL.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / "stdout.txt", "wb") as out, open(log_dir / "stderr.txt", "wb") as err:
-        return supervised(cmd, env, out, err, timeout, watch, python=cmd[0])
-
-
-def supervised(cmd: list[str], env: dict[str, str], out: Any, err: Any, timeout: float | None,
-               watch: Callable[[], bool] | None = None, *, python: str = sys.executable,
-               cwd: Path | None = None) -> tuple[int | None, float]:
-    """`spawn` for any command, its output to the open files `out` and `err` (they may be one), run in `cwd`:
-    the command runs under the lifeline supervisor of `python` (an interpreter whose standard library it needs),
-    in a session of its own, and whatever it started is ended when it exits, times out, or this process is
-    cancelled or killed. A build command's compilers outlived a cancelled run (builds.py)."""
-    start = time.monotonic()
-    deadline = start + timeout if timeout is not None else float("inf")
-    env = with_parent(env)  # the child dies with this process, whatever kills it (workload/lifeline.py)
-    # by its file, isolated (-I) and without site (-S): the supervisor needs the standard library only, and
-    # starts before every spawned child
-    proc = subprocess.Popen([python, "-I", "-S", LIFELINE, "--", *cmd], env=env, stdout=out, stderr=err,
-                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
-    code: int | None = None
-    try:
-        while True:
-            step = deadline - time.monotonic()
-            if watch is not None:
-                step = min(step, WATCH_INTERVAL)
-            try:
-                code = proc.wait(timeout=max(step, 0.0) if step != float("inf") else None)
-                break
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= deadline or (watch is not None and watch()):
-                    break
-    except BaseException:
-        _kill(proc)
-        raise
-    # the group goes after every child, not only on a timeout: a process the child started and left running
-    # (a server, a data loader) would outlive the run
-    _kill(proc)
-    return code, time.monotonic() - start
-
-
-def with_parent(env: dict[str, str]) -> dict[str, str]:
-    """`env` naming this process as the parent that a child must die with (workload/lifeline.py)."""
-    from modelci.workload.lifeline import PARENT_VARIABLE
-
-    return {**env, PARENT_VARIABLE: str(os.getpid())}
-
-
-#: the supervisor a spawned child runs under (workload/lifeline.py), run as a script of the standard library only
-LIFELINE = str(Path(__file__).resolve().parent.parent / "workload" / "lifeline.py")
-#: how long a supervisor asked to stop may take to end its child's descendants before its group is killed
-STOP_WITHIN_S = 10.0
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """End the child: a supervisor still running is asked to stop (SIGTERM), so that it ends every descendant,
-    those outside its process group too; then the group is killed (SIGKILL) and the supervisor reaped."""
-    if proc.returncode is None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + STOP_WITHIN_S
-        while time.monotonic() < deadline and not ended(proc.pid):
-            time.sleep(0.01)
-    kill_group(proc.pid)  # the supervisor, not reaped yet, still holds its group's id
-    proc.wait()
-
-
-def ended(pid: int) -> bool:
-    """Whether the child `pid` has ended, leaving it to be reaped (its group id stays taken until then)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
+        return supervisor.run(cmd, env, out, err, timeout, watch, python=cmd[0])
 
 
 def discover(python: Path, suites: dict[str, Path], scratch: Path, timeout: float = 300) -> dict[str, Any]:

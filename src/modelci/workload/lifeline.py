@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 
 #: the variable through which the harness names itself to the processes it starts
 PARENT_VARIABLE = "MODELCI_PARENT_PID"
+#: how the supervisor says that its command could not be started (exit code 127)
+CANNOT_RUN = "lifeline: cannot run"
 #: prctl option: the signal to get when the parent dies
 PR_SET_PDEATHSIG = 1
 #: prctl option: orphaned descendants are re-parented to this process instead of to init
@@ -129,7 +131,11 @@ def supervise(command: Sequence[str]) -> int:
     try:
         # posix_spawn rather than subprocess: this process starts before every spawned child, so its imports
         # count (subprocess pulls in threading, selectors and more)
-        child = os.posix_spawnp(command[0], list(command), env)
+        try:
+            child = os.posix_spawnp(command[0], list(command), env)
+        except OSError as exc:  # as a shell says it: the caller reads exit code 127 and this line
+            sys.stderr.write(f"{CANNOT_RUN} {command[0]}: {exc.strerror}\n")
+            return 127
         while status is None:
             pid, waited = os.waitpid(-1, 0)  # reaps the orphans re-parented here as they end, too
             if pid == child:
