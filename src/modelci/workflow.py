@@ -212,13 +212,26 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
     without their arrays, in a run marked incomplete, and the HarnessError says so with the run's id: the
     timings, losses and statuses of an hour of workloads are not lost for want of space for their outputs.
     An incomplete run is no baseline, no point of a series, and none of its results is reused (store.INCOMPLETE).
+    So is a run in which a workload's outputs found no room in the scratch folder (`outputs_lost`, which the
+    child sets): the others' outputs are stored with it.
     """
     from modelci.store import INCOMPLETE, StoreWriteError
     from modelci.store.artifacts import ArtifactWriteError
 
+    lost = [r for r in run["results"] if r.info.get("outputs_lost")]
+    if lost and run.get("status", "complete") == "complete":
+        run = run | {"status": INCOMPLETE}
     try:
         try:
-            return store.ingest(**run)
+            run_id = store.ingest(**run)
+            if lost:
+                names = ", ".join(r.workload for r in lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3
+                                                                   else "")
+                raise HarnessError(f"the outputs of {names} could not be written: {lost[0].info['outputs_lost']}. "
+                                   f"The results are stored as run {run_id}, the outputs that were written with "
+                                   f"them, marked incomplete (no baseline, not compared; `modelci show {run_id}` "
+                                   "lists them)")
+            return run_id
         except ArtifactWriteError as exc:
             why = f"not stored: {exc.what}"
             kept = [replace(r, outputs={}, info={**r.info, "outputs": why}) if r.outputs else r

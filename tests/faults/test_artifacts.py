@@ -67,6 +67,38 @@ def test_a_full_disk_keeps_the_results_without_their_arrays_and_says_so(project,
     assert result["status"] == "ok" and result["reused"] and result["result_id"] == complete, result
 
 
+@pytest.fixture
+def scratch_disk(tmp_path):
+    """A 3 MiB tmpfs for cache_dir, where the workloads' scratch folders are: room for small outputs, not for
+    HUGE's (8 MB)."""
+    yield from _tmpfs(tmp_path / "cache", "3m")
+
+
+HUGE = workload("Huge").replace('return {"y": [1.0, 2.0]}', 'return {"y": [float(i) for i in range(1_000_000)]}')
+
+
+def test_outputs_too_big_for_the_scratch_disk_leave_a_stored_incomplete_run_and_the_next_workloads_run(
+        project, scratch_disk):
+    # the child's .npy write failed with ENOSPC, its result then found no room either: a `crashed` workload with
+    # no reason, and the half-written file starved every workload after it ("crashed" too)
+    project.cache = scratch_disk
+    project.config()
+    project.workloads(HUGE + QUICK)
+    done = project.run()
+    assert done.returncode == 3, done.stderr
+    assert "the outputs of suite/Huge could not be written: no space left on the disk of" in done.stderr
+    assert "set cache_dir to a folder on a bigger disk" in done.stderr
+    (run_id, status), = project.stored("SELECT id, status FROM runs")
+    assert status == "incomplete" and f"stored as run {run_id}" in done.stderr
+    assert dict(project.stored("SELECT workload, status FROM results")) == {"suite/Huge": "ok", "suite/Quick": "ok"}
+    # Huge's timings are kept, and Quick, which ran after it, kept its outputs
+    assert project.stored("SELECT r.workload FROM outputs o JOIN results r ON r.id = o.result_id") == [
+        ("suite/Quick",)]
+    assert project.stored("SELECT count(*) FROM metrics m JOIN results r ON r.id = m.result_id "
+                          "WHERE r.workload = 'suite/Huge' AND m.name = 'time.infer'") == [(1,)]
+    project.assert_clean(done)
+
+
 def test_a_history_on_a_full_disk_shows_and_reports_the_results_it_could_not_store(project, history_disk):
     db = history_disk / "history.db"
     project.config(f'db = "{db}"')

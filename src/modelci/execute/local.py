@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -262,15 +263,37 @@ def child_outcome(workload: WorkloadInfo, out: Path, code: int | None, seconds: 
     if code < 0:
         return Result(status="crashed", reason=f"killed by {signal_name(-code)}", **base)
     if code != 0 or not result_file.exists():
-        return Result(status="crashed", reason=f"the process exited with code {code} before writing its result", **base)
+        reason = f"the process exited with code {code} before writing its result"
+        left = _free_bytes(out)
+        if left is not None and left < FULL_BELOW:  # its traceback too may have found no room in stderr.txt
+            reason += (f"; the disk of its scratch folder {out.parent} is full ({left // 1024} KiB free): free space "
+                       "there, or set cache_dir to a folder on a bigger disk")
+        return Result(status="crashed", reason=reason, **base)
     return load_child_result(json.loads(result_file.read_text()), out, base)
+
+
+#: a scratch disk with less room than this is full: a child could not have written its result there
+FULL_BELOW = 1 << 20
+
+
+def _free_bytes(folder: Path) -> int | None:
+    """Bytes free on the disk of `folder`, None where that cannot be told."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def load_child_result(data: dict[str, Any], out: Path, base: dict[str, Any]) -> Result:
     """Turn the child's result.json and .npy files into a Result."""
     metrics = {name: Metric(name=name, kind=m["kind"], unit=m.get("unit", ""), values=list(m["values"]))
                for name, m in data.get("metrics", {}).items()}
-    outputs = {name: np.load(out / entry["file"], allow_pickle=False) for name, entry in data.get("outputs", {}).items()}
+    outputs = {}
+    for name, entry in data.get("outputs", {}).items():
+        outputs[name] = np.load(out / entry["file"], allow_pickle=False)
+        # in memory now: its file goes, so that the scratch disk holds one workload's outputs at a time, not the
+        # whole suite's until the run ends (saved models stay, for compat)
+        (out / entry["file"]).unlink(missing_ok=True)
     info = dict(data.get("info", {}))
     info["saved"] = [dict(entry, path=str(out / entry["path"])) if entry.get("path") else entry
                      for entry in data.get("saved", [])]

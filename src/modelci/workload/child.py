@@ -11,6 +11,7 @@ lazily, from the environment under test.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import hashlib
 import importlib.util
@@ -20,6 +21,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -539,6 +541,19 @@ def overrides(cls: type[Workload], method: str) -> bool:
     return getattr(cls, method) is not getattr(Workload, method)
 
 
+#: errno values of a disk with no room left, or a quota used up
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space(exc: BaseException, folder: Path) -> str:
+    """What to say of `exc` when it is a disk with no room left under `folder`, else "" (the scratch folder is in
+    cache_dir, which is where more room is made)."""
+    if not isinstance(exc, OSError) or exc.errno not in NO_SPACE:
+        return ""
+    return (f"no space left on the disk of {folder} ({exc.strerror}); free space there, or set cache_dir to a "
+            "folder on a bigger disk")
+
+
 class Recorder:
     """Collects what one execution produced and writes it as the result file."""
 
@@ -636,7 +651,16 @@ def run_phases(workload: Workload, cls: type[Workload], ctx: Context, helper: An
         if first is None:
             first = outputs
     rec.metric("time.infer", "samples", "s", infer_times)
-    rec.data["outputs"] = save_outputs(outputs, helper, rec.out / "outputs")
+    try:
+        rec.data["outputs"] = save_outputs(outputs, helper, rec.out / "outputs")
+    except OSError as exc:
+        full = no_space(exc, rec.out)
+        if not full:
+            raise
+        # what was written goes, so that the result (timings, loss) still fits; the run that stores it is marked
+        # incomplete (workflow._ingest), since a result without its outputs is nobody's baseline
+        shutil.rmtree(rec.out / "outputs", ignore_errors=True)
+        rec.data["info"]["outputs_lost"] = full
     rec.data["info"]["infer_repeatable"] = same_outputs(first, outputs, helper)
 
     rec.data["phase"] = "save"
@@ -670,6 +694,13 @@ def save_format(workload: Workload, cls: type[Workload], ctx: Context, helper: A
     try:
         (workload.save if overrides(cls, "save") else lambda c, f, p: helper.save(workload, c, f, p))(ctx, fmt, path)
     except Exception as exc:  # noqa: BLE001 - a failed save is recorded, the run goes on
+        full = no_space(exc, folder)
+        if full:  # what was written goes: the result must still fit
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            return {"format": fmt, "status": "failed", "reason": full}
         return {"format": fmt, "status": "failed", "reason": exception_text(exc),
                 "traceback": failure_traceback(exc)}
     missing = nothing_saved(path)
