@@ -61,6 +61,8 @@ class ResultInfo(TypedDict, total=False):
     infer_repeatable: bool
     #: bytes of the resident set at the end: {"anon", "file", "shmem"}
     rss_end: dict[str, int]
+    #: why the outputs were not written (no room in the scratch folder); the run that stores it is incomplete
+    outputs_lost: str
     # -- written by the executor (execute/forked.py) -------------------------------------------------------
     #: "fork" or "spawn", and why a workload did not fork when it was meant to
     isolation: str
