@@ -23,7 +23,8 @@ Steps of 5% and 10% start at a random index in [20, 180).
 
 --real scores ``detect_changes`` (what ``modelci history --changes`` runs) on series that look like real ones, with
 their changes annotated: linear and curved trends with and without a step, seasonal series, 10-30 point histories
-with one step, series around and below zero, AR(1) and outlier noise, a change of slope (see REAL_KINDS). The
+with one step, series around and below zero, AR(1) and outlier noise, a change of slope, and quantized values:
+counts and peak memory in pages (see REAL_KINDS). The
 score is the F1 of the TCPD benchmark (van den Burg & Williams, 2020): a change point counts when it lies within
 5 points of an annotated one (each annotated one counts once), and the start of the series counts as a change
 point on both sides, so a series with no change scores 1 when nothing is reported.
@@ -372,6 +373,7 @@ REAL_KINDS = (
     "flat", "linear trend", "curved trend", "exponential growth", "s-curve", "smooth curve, tiny noise",
     "linear trend + step", "curved trend + step", "seasonal", "seasonal + step", "change of slope",
     "steps", "steps, AR(1) noise", "steps, outliers", "around zero", "below zero", "10-30 points, one step",
+    "counts", "counts + step", "memory pages", "memory pages + step",
 )
 #: the kinds with no change: every change point on them is false
 PURE_TRENDS = ("linear trend", "curved trend", "exponential growth", "s-curve", "smooth curve, tiny noise")
@@ -453,6 +455,21 @@ def real_series(kind: str, rng: np.random.Generator) -> tuple[np.ndarray, list[i
         changes = [int(rng.integers(4, n - 3))]
         y = 100 + _noise("iid", n, rng)
         y[changes[0]:] += sign * 3
+    elif kind in ("counts", "counts + step"):  # a count per run (retries, NaN steps): Poisson, often 0
+        rate = rng.uniform(0.3, 3.0)
+        rates = np.full(n, rate)
+        if kind == "counts + step":
+            changes = _steps(n, 1, rng)
+            # 3-6 sds of the counts before, up (a count cannot go far below 0)
+            rates[changes[0]:] = rate + rng.uniform(3, 6) * math.sqrt(rate)
+        y = rng.poisson(rates).astype(float)
+    elif kind in ("memory pages", "memory pages + step"):  # peak memory: 100 MB, most runs the same page count
+        pages = rng.choice([0, 0, 0, 0, 0, 0, 1, -1], size=n).astype(float)  # sd 0.5 pages
+        if kind == "memory pages + step":
+            changes = _steps(n, 1, rng)
+            pages[changes[0]:] += sign * rng.uniform(1.5, 3.0)  # 3-6 sds, whole pages or not
+            pages = np.round(pages)
+        y = 1e8 + 4096 * pages
     else:
         raise ValueError(kind)
     return y, changes

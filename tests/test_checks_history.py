@@ -503,3 +503,47 @@ def test_noise_runs_may_be_a_numpy_integer():
     values[74:] *= 1.3
     assert detect_latest(values, noise_cv=0.01, noise_runs=np.int64(5)) == detect_latest(values, noise_cv=0.01,
                                                                                          noise_runs=5)
+
+
+# -- quantized values: peak memory in pages, counts ------------------------------------------------------------
+
+def pages(n: int, seed: int, step_at: int | None = None, step: int = 0) -> np.ndarray:
+    """Peak memory of 100 MB that most runs repeat to the page (4 KiB), a page either way in a quarter of them."""
+    jitter = np.random.default_rng(seed).choice([0, 0, 0, 0, 0, 0, 1, -1], size=n)
+    if step_at is not None:
+        jitter[step_at:] += step
+    return 1e8 + 4096.0 * jitter
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_memory_that_moves_by_a_page_has_no_change_point_and_a_real_step_is_found(seed):
+    # the MAD of values that mostly tie is 0, and the noise taken from it made every page a change point (6 in
+    # one 120-run series)
+    assert detect_changes(pages(120, seed)) == []
+    [change] = detect_changes(pages(120, seed, step_at=70, step=64))
+    assert abs(change.index - 70) <= 1 and change.after_mean > change.before_mean
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_counts_that_are_mostly_zero_have_no_change_point_and_a_real_rise_is_found(seed):
+    rng = np.random.default_rng(seed)
+    assert detect_changes(rng.poisson(0.5, 200).astype(float)) == []  # 14 change points on average, up to 40
+    rising = np.concatenate([rng.poisson(1.0, 100), rng.poisson(6.0, 60)]).astype(float)
+    assert [abs(c.index - 100) <= 3 for c in detect_changes(rising)] == [True]
+
+
+def test_a_noise_free_series_keeps_every_step_between_builds():
+    # its differences tie too, but a few steps are not noise: a deterministic loss across builds
+    x = [1.0] * 20 + [1.1] * 20 + [1.2] * 20
+    assert [c.index for c in detect_changes(x)] == [20, 40]
+    assert online_alarms(np.array(x)) == [20, 40]
+
+
+def test_a_run_of_equal_values_before_the_tail_divides_nothing_by_zero():
+    import warnings
+
+    # counts of a rare event: 0 mostly, so the innovations of the points before the tail all come out 0
+    x = np.array([0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0], dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's divide-by-zero RuntimeWarning reached the user's console
+        assert detect_latest(x, window=60) is None

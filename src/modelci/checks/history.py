@@ -86,6 +86,12 @@ ALPHA = 0.01
 #: local median with it and is kept (clipping at 2-3 sd instead still let spikes through, docs/detection.md)
 SPIKE = 4.0
 #: the residuals of a normal sample truncated at +-3 sd have this variance (to undo the trimming)
+#: the shares of values tied at the median between which they are quantized noise (_robust_var): below,
+#: continuous; above, noise-free values with a few jumps (a deterministic loss, steps between builds). Residuals
+#: about a segmentation tie more than differences do (a value at the mode makes no difference to its neighbour at
+#: the mode, but every value at the mode is a residual of 0), and those of a noise-free series all tie
+TIES = (0.1, 0.75)
+RESIDUAL_TIES = (0.1, 0.95)
 _TRIMMED_VAR_3SD = 0.97334
 #: detect_changes: an sd estimated from n points is padded by (1 + SD_PADDING / sqrt(n_eff)) against its own
 #: uncertainty, n_eff = n (1 - phi) / (1 + phi) being what AR(1) noise is worth in independent points
@@ -194,7 +200,7 @@ def estimate_noise(values: Sequence[float], *, min_size: int = 3) -> Noise:
     ends = _segment(x, penalty, min_size) if n >= 2 * min_size else [n]
     residuals = np.concatenate([seg - np.median(seg) for seg in np.split(x, ends[:-1])])
     residuals = np.clip(residuals, -3 * sd0, 3 * sd0)  # spikes must not make the noise look autocorrelated
-    sd = math.sqrt(_robust_var(residuals) * n / max(n - len(ends), 1))
+    sd = math.sqrt(_robust_var(residuals, RESIDUAL_TIES) * n / max(n - len(ends), 1))
     centred = residuals - residuals.mean()
     denominator = float(np.sum(centred**2))
     phi = float(np.sum(centred[1:] * centred[:-1]) / denominator) if denominator > 0 else 0.0
@@ -791,7 +797,7 @@ def estimate_trend_noise(values: Sequence[float], *, min_size: int = 3) -> Noise
             residuals.append(segment - np.polyval(np.polyfit(t, segment, 1), t))
             params += 2
     r = np.clip(np.concatenate(residuals), -3 * sd0, 3 * sd0)  # spikes must not look like autocorrelation
-    sd = math.sqrt(_robust_var(r) * n / max(n - params, 1))
+    sd = math.sqrt(_robust_var(r, RESIDUAL_TIES) * n / max(n - params, 1))
     if n < MIN_POINTS_FOR_ESTIMATE:
         return Noise(sd, 0.0)
     centred = r - r.mean()
@@ -871,7 +877,9 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
     # an estimated sd is itself uncertain, the more so on short or autocorrelated histories: pad it so that
     # those do not over-alarm (most AR(1) false alarms came from the first 50 points without it)
     padding = 1 + LATEST_SD_PADDING / points
-    return Noise(max(sd * padding, floor), phi, innovations * padding if innovations is not None else None)
+    # innovations of 0 (residuals that all tie: a run of equal values before the tail) divided every z by 0: the
+    # innovations then follow from the sd, as when they are not estimated
+    return Noise(max(sd * padding, floor), phi, innovations * padding if innovations else None)
 
 
 def _given_sd(x: np.ndarray, noise_sd: float | None, noise_cv: float | None) -> float | None:
@@ -938,13 +946,24 @@ def _drop_spikes(x: np.ndarray, sd: float, min_size: int) -> np.ndarray:
     return np.where(np.abs(x - local) > SPIKE * sd, local, x)
 
 
-def _robust_var(d: np.ndarray) -> float:
-    """Variance of ``d`` about its median, ignoring points beyond 3 MAD-sds (corrected for the trimming)."""
+def _robust_var(d: np.ndarray, ties: tuple[float, float] = TIES) -> float:
+    """Variance of ``d`` about its median, ignoring points beyond 3 MAD-sds (corrected for the trimming).
+
+    Quantized values (peak memory in pages, counts, rounded numbers) tie: when between ``ties`` of ``d`` sit
+    exactly at its median, the MAD is 0 or far below the spread, and the noise taken from it made every page of
+    memory a change point (6 in a 120-run series that only moved by a page either way, 14 on average in counts
+    of mean 0.5). Their variance is then the plain one, untrimmed: a step of two quanta is noise there, not a
+    spike. Continuous values never tie, so their estimate is the MAD's as before; nor do the differences of a
+    noise-free series with a few steps (a deterministic loss across builds), whose steps must not be taken for
+    its noise."""
     d = d - np.median(d)
-    scale = 1.4826 * float(np.median(np.abs(d)))
+    size = np.abs(d)
+    if ties[0] * len(d) < np.count_nonzero(size == 0.0) <= ties[1] * len(d):
+        return float(np.mean(d**2))  # not trimmed either: a few steps of the quantum are noise, not spikes
+    scale = 1.4826 * float(np.median(size))
     if scale == 0.0:
         return 0.0
-    kept = d[np.abs(d) < 3 * scale]
+    kept = d[size < 3 * scale]
     return float(np.mean(kept**2)) / _TRIMMED_VAR_3SD
 
 
