@@ -145,3 +145,28 @@ def test_a_postgresql_history_that_refuses_a_run_for_another_reason_gets_no_free
     again = project.run()
     assert again.returncode == 0, again.stderr
     assert _runs(postgres_server, database) == 2
+
+
+def test_a_run_whose_connections_the_server_dropped_while_it_ran_is_stored(project, postgres_server):
+    # the store connects before the workloads run; a server restart, a failover or an idle timeout of a proxy
+    # while they ran left a dead connection in the pool, and the run was refused at the end: "server closed the
+    # connection unexpectedly", nothing stored
+    url = postgres_server.database()
+    database = url.rsplit("/", 1)[1]
+    project.config(f'db = "{url}"')
+    dropper = workload("Dropper", f"""
+        import psycopg
+        with psycopg.connect("host=127.0.0.1 port={postgres_server.port} user=postgres dbname=postgres",
+                             autocommit=True) as connection:
+            dropped = connection.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{database}'"
+            ).fetchone()[0]
+        pathlib.Path(os.environ["PROBE_DIR"], "dropped").write_text(str(dropped))
+    """)
+    project.workloads(QUICK + dropper)
+    done = project.run()
+    assert int((project.root / "dropped").read_text()) >= 1  # the run's own connection was among them
+    assert done.returncode == 0, done.stderr
+    assert project.report()["run"]["id"] is not None
+    assert _runs(postgres_server, database) == 1
+    project.assert_clean(done)

@@ -171,8 +171,14 @@ def row_id(value: str | int) -> int | None:
 
 
 def make_engine(url: str) -> Engine:
-    """The engine of a database URL; an unknown dialect or a driver that is not installed is a UserError."""
+    """The engine of a database URL; an unknown dialect or a driver that is not installed is a UserError.
+
+    A server's connections are tested before each use (`pool_pre_ping`) and made again when dead: the store
+    connects before the workloads run, and a server restart, a failover or a proxy's idle timeout while they ran
+    left a dead connection in the pool, which refused the whole run at the end."""
     try:
+        if make_url(url).get_backend_name() == "postgresql":
+            return create_engine(url, pool_pre_ping=True)
         return create_engine(url)
     except NoSuchModuleError:
         raise UserError(f"{make_url(url).drivername!r} in db = {url} is not a database modelci can use; give "
