@@ -344,6 +344,7 @@ def _run_uv(uv: str, args: list[str], cache_dir: Path,
     # cwd=cache_dir: the project around the user's cwd (pyproject, uv.toml) must not steer the build.
     proc = supervisor.start([uv, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cache_dir)
+    reader = None
     try:
         if log is None:
             out, err = proc.communicate()
@@ -365,6 +366,8 @@ def _run_uv(uv: str, args: list[str], cache_dir: Path,
         supervisor.stop(proc)
         raise
     finally:
+        if reader is not None:
+            reader.join(timeout=10)  # uv is gone, so its pipe ends: the reader must not find its file closed
         for stream in (proc.stdout, proc.stderr):
             stream.close()
     if code == 127 and err.startswith(CANNOT_RUN):
