@@ -327,7 +327,8 @@ def test_names_past_what_the_history_holds_are_refused_where_they_are_given(proj
 
 
 @pytest.mark.parametrize("body, says", [
-    ("import time\nwhile True:\n    time.sleep(0.1)\n", "did not finish in 3 s while importing"),
+    ("import time\nwhile True:\n    time.sleep(0.1)\n",
+     "did not finish in 3 s (the larger of 300 s and the `timeout` option) while importing"),
     ("import os\nos._exit(3)\n", "ended without its result while importing"),
 ])
 def test_a_suite_file_that_blocks_or_exits_at_import_is_named(tmp_path, body, says):
@@ -338,3 +339,22 @@ def test_a_suite_file_that_blocks_or_exits_at_import_is_named(tmp_path, body, sa
         local.discover(Path(sys.executable), {"s": folder}, tmp_path / "scratch", timeout=3)
     assert says in str(caught.value) and f"{folder / 'stuck.py'}: does that file block or exit at import?" in str(
         caught.value)
+
+
+@pytest.mark.parametrize("timeout, finds", [(1.0, False), (8.0, True)])
+def test_discovery_is_given_the_workload_timeout_when_that_is_longer(project, monkeypatch, timeout, finds):
+    # discovery had a fixed 300 s, which no option could raise, for a suite whose imports are slow
+    from modelci.execute import base
+
+    monkeypatch.setattr(base, "DISCOVERY_TIMEOUT", 0.5)
+    monkeypatch.setattr(workflow, "DISCOVERY_TIMEOUT", 0.5)
+    monkeypatch.setattr(local, "DISCOVERY_TIMEOUT", 0.5)
+    folder = suite(project / "suite", "")
+    (folder / "slow.py").write_text("import time\ntime.sleep(2)\n")  # a file that takes 2 s to import
+    config = config_module.load(cli={"timeout": timeout})
+    if finds:
+        outcome = workflow.run(config, "current", [str(folder)])
+        assert [r.status for r in outcome.results] == ["ok"]
+    else:
+        with pytest.raises(HarnessError, match=r"did not finish in 1 s \(the larger of 0.5 s and the `timeout` "):
+            workflow.run(config, "current", [str(folder)])

@@ -22,7 +22,7 @@ from modelci import builds, cancel, checks, envs, execute, steps, targets
 from modelci.config import Config
 from modelci.errors import HarnessError, UserError
 from modelci.execute import forked, local
-from modelci.execute.base import Executor
+from modelci.execute.base import DISCOVERY_TIMEOUT, Executor
 from modelci.execute.local import WorkloadInfo
 from modelci.records import Result
 
@@ -153,7 +153,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             from modelci.store.schema import utcnow
             preloading = _preload_checks(config, store, alarms) if judge and store is not None else None
         with _timed(timings, "discovery"):
-            found = executor.discover(suites)
+            found = executor.discover(suites, max(DISCOVERY_TIMEOUT, config.timeout))
         if preloading is not None:
             with _timed(timings, "store"):
                 preloading.join()  # before any workload runs: an import beside one would disturb its timings

@@ -22,6 +22,11 @@ from typing import Any, ClassVar
 from modelci.records import Result
 
 
+#: the least time discovery (importing every suite file in one process) is given; workflow gives it the
+#: workload `timeout` when that is longer, so a suite whose imports are slow (a framework on a network disk, a
+#: file that compiles at import) is not cut at a fixed limit that no option could raise
+DISCOVERY_TIMEOUT = 300.0
+
 class Executor(ABC):
     """Runs the workloads of one run in its environment; use it as a context manager (or call `close`)."""
 
@@ -41,7 +46,7 @@ class Executor(ABC):
         """Start what takes long (a worker importing the framework, a connection) without waiting for it."""
 
     @abstractmethod
-    def discover(self, suites: dict[str, Path], timeout: float = 300) -> dict[str, Any]:
+    def discover(self, suites: dict[str, Path], timeout: float = DISCOVERY_TIMEOUT) -> dict[str, Any]:
         """The suites' workloads as discovery inside the environment finds them (`workload.child list`)."""
 
     @abstractmethod

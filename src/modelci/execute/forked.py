@@ -321,7 +321,7 @@ class Executor(base.Executor):
 
     # -- the steps the workflow calls ------------------------------------------------------------------
 
-    def discover(self, suites: dict[str, Path], timeout: float = 300) -> dict[str, Any]:
+    def discover(self, suites: dict[str, Path], timeout: float = base.DISCOVERY_TIMEOUT) -> dict[str, Any]:
         """Discovery inside the environment, as `local.discover`, but in a child of the worker when it forks.
 
         The worker is started with the modules the suite files import, so that discovery and every workload

@@ -22,6 +22,7 @@ import numpy as np
 import modelci
 from modelci.errors import HarnessError, UserError
 from modelci.execute import supervisor
+from modelci.execute.base import DISCOVERY_TIMEOUT
 from modelci.records import Metric, Result
 from modelci.workload.processes import signal_name
 
@@ -151,7 +152,8 @@ def spawn(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float | N
         return supervisor.run(cmd, env, out, err, timeout, watch, python=cmd[0])
 
 
-def discover(python: Path, suites: dict[str, Path], scratch: Path, timeout: float = 300) -> dict[str, Any]:
+def discover(python: Path, suites: dict[str, Path], scratch: Path, timeout: float = DISCOVERY_TIMEOUT
+             ) -> dict[str, Any]:
     """Run discovery inside the environment; returns the child's JSON (workloads and per-file errors)."""
     out = scratch / "discovery.json"
     cmd = [str(python), "-m", "modelci.workload.child", "list", "--out", str(out)]
@@ -171,7 +173,8 @@ def discovery_failed(python: Path, stderr: Path, timed_out: float | None, died: 
     text = stderr.read_text(errors="replace") if stderr.exists() else ""
     files = [line[len(IMPORTING):] for line in text.splitlines() if line.startswith(IMPORTING)]
     rest = "\n".join(line for line in text.splitlines() if not line.startswith(IMPORTING))[-1500:]
-    how = (f"did not finish in {timed_out:g} s" if timed_out is not None
+    how = (f"did not finish in {timed_out:g} s (the larger of {DISCOVERY_TIMEOUT:g} s and the `timeout` option)"
+           if timed_out is not None
            else "ended without its result" + (f" ({died})" if died else ""))
     where = f" while importing {files[-1]}: does that file block or exit at import?" if files else ""
     return HarnessError(f"workload discovery inside the environment ({python}) {how}{where}; its stderr ends "

@@ -138,7 +138,7 @@ class RayExecutor(base.Executor):
         connect(self.address)
         self._connect_s += time.perf_counter() - started
 
-    def discover(self, suites: dict[str, Path], timeout: float = 300) -> dict[str, Any]:
+    def discover(self, suites: dict[str, Path], timeout: float = base.DISCOVERY_TIMEOUT) -> dict[str, Any]:
         """Discovery runs on this machine, in the environment the driver built (the nodes rebuild it)."""
         return self.local.discover(suites, timeout)
 
