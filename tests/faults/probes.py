@@ -196,6 +196,20 @@ class {name}({base}):
 '''
 
 
+def filler(path: Path) -> str:
+    """The source of a workload `Filler` that fills the disk `path` is on while it runs, as another job on the
+    machine would (writing `path` until the disk refuses)."""
+    return workload("Filler", f"""
+        with open({str(path)!r}, "wb") as fh:
+            try:
+                while True:
+                    fh.write(b"x" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+    """)
+
+
 def _spinner(name: str, doc: str, *, spawn: str = "", hang: bool) -> str:
     """A workload that tells the probe a pid in PROBE_DIR/<hanging|background>: its own, or (`spawn` "group" or
     "session") that of a spinning process it starts in its own process group or in a session of its own; then

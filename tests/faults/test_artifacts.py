@@ -7,7 +7,7 @@ import sqlite3
 import subprocess
 
 import pytest
-from probes import QUICK, workload
+from probes import QUICK, filler, workload
 
 BIG = workload("Big") .replace('return {"y": [1.0, 2.0]}', 'return {"y": [float(i) for i in range(300_000)]}')
 
@@ -106,16 +106,7 @@ def test_a_history_on_a_full_disk_shows_and_reports_the_results_it_could_not_sto
     first = project.run()
     assert first.returncode == 0, first.stderr
     # a workload that fills the history's disk while it runs, as another job on the machine would
-    filler = workload("Filler", f"""
-        with open({str(history_disk / "filler")!r}, "wb") as fh:
-            try:
-                while True:
-                    fh.write(b"x" * 65536)
-                    fh.flush()
-            except OSError:
-                pass
-    """)
-    project.workloads(QUICK + filler)
+    project.workloads(QUICK + filler(history_disk / "filler"))
     done = project.run("--markdown", "summary.md")
     assert done.returncode == 3, done.stderr
     assert f"could not store the run in sqlite:///{db}: database or disk is full" in done.stderr

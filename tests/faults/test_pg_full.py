@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from probes import QUICK, workload
+from probes import QUICK, filler, workload
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -64,16 +64,7 @@ def test_a_postgresql_history_on_a_full_disk_shows_and_reports_the_results_it_co
     # the run is the history's first: its schema is made when the store opens, before any workload runs, and
     # every table is still empty, so storing the run has to extend a file on the tmpfs (a later run's rows could
     # fit in the pages of an earlier one and never touch the disk)
-    filler = workload("Filler", f"""
-        with open({str(disk / "filler")!r}, "wb") as fh:
-            try:
-                while True:
-                    fh.write(b"x" * 65536)
-                    fh.flush()
-            except OSError:
-                pass
-    """)
-    project.workloads(QUICK + filler)
+    project.workloads(QUICK + filler(disk / "filler"))
     done = project.run("--markdown", "summary.md", "--junit", "junit.xml")
     assert shutil.disk_usage(disk).free < 8192, "the filler did not fill the tablespace's disk"
     assert done.returncode == 3, done.stderr
