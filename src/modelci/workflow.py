@@ -218,8 +218,9 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
     from modelci.store import INCOMPLETE, StoreWriteError
     from modelci.store.artifacts import ArtifactWriteError
 
-    lost = [r for r in run["results"] if r.info.get("outputs_lost")]
-    if lost and run.get("status", "complete") == "complete":
+    # a cancelled run stays `interrupted` (no baseline either), and says so as a cancelled run does
+    lost = [r for r in run["results"] if r.info.get("outputs_lost")] if run.get("status") == "complete" else []
+    if lost:
         run = run | {"status": INCOMPLETE}
     try:
         try:
