@@ -172,6 +172,22 @@ def test_a_policy_naming_a_metric_no_workload_records_is_an_error_once_the_histo
     fixed.run("1.0", [out])
 
 
+def test_an_entry_whose_workload_pattern_matches_nothing_in_the_history_is_warned_of(tmp_path, caplog):
+    # a typo (or "[", which fnmatch reads as itself) silently judged nothing: the looser tolerance or the allowed
+    # difference applied to no workload, and the alarms it was written for still came
+    history = History(tmp_path / "p", '[[overrides]]\nworkload = "suite/Slwo"\nrtol = 1e-3\n'
+                                      '[[overrides]]\nworkload = "suite/Sl*"\nrtol = 1e-3\n'
+                                      '[[policy]]\nworkload = "["\nmetric = "time.infer"\nactive = false\n'
+                                      '[[allow]]\nworkload = "suite/*"\nreason = "known"\nexpires = "2999-01-01"\n')
+    with caplog.at_level("WARNING", logger="modelci.alarms"):
+        history.run("1.0", [timed(SLOW, 0.1)])
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2, warned
+    assert "[[overrides]] entry 1: workload = 'suite/Slwo' matches no workload in the history" in warned[0]
+    assert "[[policy]] entry 1: workload = '[' matches no workload" in warned[1]
+    assert history.store.run(1).row.status == "complete"  # a warning: the run is stored and judged
+
+
 def test_active_decides_gating_for_builtin_and_user_metrics(tmp_path):
     cfg = load(tmp_path, '[[policy]]\nmetric = "time.infer"\nactive = false\n'
                          '[[policy]]\nmetric = "accuracy"\ndirection = "higher"\nactive = true\n')

@@ -442,7 +442,7 @@ def validate_overrides(entries: Any, where: str) -> list[dict[str, Any]]:
         if not patterns:
             raise UserError(f"{label} needs a 'workload' or 'metric' pattern")
         settings = validate_policy({k: v for k, v in entry.items() if k not in patterns}, label)
-        checked.append({**patterns, **settings})
+        checked.append({**patterns, **settings, "_entry": number})
     return checked
 
 

@@ -1,11 +1,13 @@
 """What runs after every `modelci run` and on `modelci alarms check` (docs/design.md, "Flow": alarms.update + notify).
 
-    validate [[policy]] metrics → change points of this run's series → observations → lifecycle.apply
-                                → stale runners → notify (never loses the run: it is stored already)
+    validate [[policy]] metrics, warn of workload patterns that match nothing
+        → change points of this run's series → observations → lifecycle.apply
+        → stale runners → notify (never loses the run: it is stored already)
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from dataclasses import dataclass, field
 from datetime import date
@@ -16,7 +18,7 @@ from sqlalchemy import select
 from modelci.alarms import changes, lifecycle, notify, settings
 from modelci.alarms.lifecycle import AlarmEvent, Observation
 from modelci.store.alarms_schema import AlarmRow
-from modelci.store.schema import MetricRow, OutputRow
+from modelci.store.schema import MetricRow, OutputRow, ResultRow
 
 log = logging.getLogger("modelci.alarms")
 
@@ -44,6 +46,7 @@ def after_run(config: Any, store: Any, outcome: Any, *, today: date | None = Non
     if outcome.run_id is None:  # every result was reused: nothing new to judge
         return report
     check_policy_metrics(config, store, f"run {outcome.run_id} is stored, but")
+    warn_unmatched_workloads(config, store, {c.result.workload for c in outcome.comparisons})
     runner = config.runner
     if config.alarms.get("changes", True):
         fresh = {c.result.workload for c in outcome.comparisons if c.result.status == "ok"}
@@ -200,6 +203,27 @@ def check_policy_metrics(config: Any, store: Any, prefix: str = "") -> None:
         names |= {f"output:{n}" for n in session.scalars(select(OutputRow.name).distinct())}
     where = f"{prefix} {config.file or 'config'}".strip()
     settings.check_policy_metrics(pending, names, where)
+
+
+def warn_unmatched_workloads(config: Any, store: Any, ran: set[str]) -> None:
+    """Warn of each [[overrides]], [[policy]] and [[allow]] entry whose workload pattern matches no workload in
+    the history: its settings judge nothing, silently (a typo such as `models/resnt*`, or `[`, which fnmatch reads
+    as itself). A warning, not an error: an entry may be meant for a suite that no runner has run yet. The
+    workloads of the run (`ran`) are tried first; the history's are read only for a pattern none of them match."""
+    entries = [(kind, entry) for kind, table in (("overrides", config.overrides), ("policy", config.policies),
+                                                  ("allow", config.allow))
+               for entry in table if "workload" in entry
+               and not any(fnmatch.fnmatchcase(name, entry["workload"]) for name in ran)]
+    if not entries:
+        return
+    with store.read() as session:
+        known = set(session.scalars(select(ResultRow.workload).distinct()))
+    for kind, entry in entries:
+        pattern = entry["workload"]
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in known):
+            log.warning("modelci: %s: [[%s]] entry %s: workload = %r matches no workload in the history, so it "
+                        "judges nothing; fix the pattern (a glob of ids such as suite/Name) or remove the entry",
+                        config.file or "config", kind, entry.get("_entry", "?"), pattern)
 
 
 def _say_failures(report: AlarmReport) -> None:

@@ -120,7 +120,7 @@ def validate_allow(entries: Any, where: str, today: date) -> list[dict]:
                 "known and accepted"
             )
         checked.append({"workload": entry.get("workload", "*"), "metric": entry.get("metric", "*"),
-                        "reason": reason.strip(), "expires": expires})
+                        "reason": reason.strip(), "expires": expires, "_entry": number})
     return checked
 
 
