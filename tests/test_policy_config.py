@@ -66,6 +66,11 @@ active = true
 @pytest.mark.parametrize("toml, message", [
     ('[[policy]]\nmetric = "time.trian"\n',
      "[[policy]] entry 1: key 'metric' names an unknown metric 'time.trian'; the harness records status, loss"),
+    # an [[overrides]] or [[allow]] entry with such a name judged nothing, silently
+    ('[[overrides]]\nmetric = "time.infr"\ntiming_factor = 1.5\n',
+     "[[overrides]] entry 1: key 'metric' names an unknown metric 'time.infr'; the harness records status, loss"),
+    ('[[allow]]\nmetric = "mem.peak"\nreason = "known"\nexpires = 2099-01-01\n',
+     "[[allow]] entry 1: key 'metric' names an unknown metric 'mem.peak'; the harness records status, loss"),
     ('[[policy]]\nthreshold = 0.1\n', "[[policy]] entry 1 needs key 'metric'"),
     ('[[policy]]\nmetric = "loss"\n[[policy]]\nmetric = "loss"\ndirection = "up"\n',
      "[[policy]] entry 2: key 'direction' must be \"lower\" or \"higher\" (which is better), got 'up'"),

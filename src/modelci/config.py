@@ -441,6 +441,9 @@ def validate_overrides(entries: Any, where: str) -> list[dict[str, Any]]:
                 raise UserError(f"{label}: key {key!r} must be a non-empty string pattern, got {value!r}")
         if not patterns:
             raise UserError(f"{label} needs a 'workload' or 'metric' pattern")
+        from modelci.alarms.settings import unknown_builtin_metric
+
+        unknown_builtin_metric(patterns.get("metric", "*"), label)
         settings = validate_policy({k: v for k, v in entry.items() if k not in patterns}, label)
         checked.append({**patterns, **settings, "_entry": number})
     return checked

@@ -43,6 +43,14 @@ def is_builtin_metric(pattern: str) -> bool:
     return pattern in RESERVED_METRICS or pattern.startswith(MEASURED_PREFIXES)
 
 
+def unknown_builtin_metric(pattern: str, label: str) -> None:
+    """Refuse a `time.`/`mem.` metric name or glob that matches none of the harness's metrics (`time.infr`): an
+    entry with it would judge nothing, silently. [[policy]], [[overrides]] and [[allow]] entries say it so."""
+    if is_builtin_metric(pattern) and not any(fnmatch.fnmatchcase(m, pattern) for m in BUILTIN_METRICS):
+        raise UserError(f"{label}: key 'metric' names an unknown metric {pattern!r}; the harness records "
+                        f"{', '.join(BUILTIN_METRICS)} (plus output:NAME and the workloads' own metrics)")
+
+
 def validate_policy_entries(entries: Any, where: str, validate_settings: Callable[[Any, str], dict]) -> list[dict]:
     """Check the [[policy]] entries (Paddle CE KPI objects): a metric, an optional workload glob, and settings.
 
@@ -60,9 +68,7 @@ def validate_policy_entries(entries: Any, where: str, validate_settings: Callabl
         workload = entry.get("workload", "*")
         if not isinstance(workload, str) or not workload:
             raise UserError(f"{label}: key 'workload' must be a workload id or glob, got {workload!r}")
-        if is_builtin_metric(metric) and not any(fnmatch.fnmatchcase(m, metric) for m in BUILTIN_METRICS):
-            raise UserError(f"{label}: key 'metric' names an unknown metric {metric!r}; the harness records "
-                            f"{', '.join(BUILTIN_METRICS)} (plus output:NAME and the workloads' own metrics)")
+        unknown_builtin_metric(metric, label)
         settings = validate_settings({k: v for k, v in entry.items() if k not in ("workload", "metric")}, label)
         if "active" in settings and "gate_user_metrics" not in settings and not _builtin_or_output(metric):
             settings["gate_user_metrics"] = settings["active"]
@@ -105,6 +111,7 @@ def validate_allow(entries: Any, where: str, today: date) -> list[dict]:
         if "workload" not in entry and "metric" not in entry:
             raise UserError(f"{label} needs a 'workload' or 'metric' pattern (an entry that allows everything "
                             "would silence every check)")
+        unknown_builtin_metric(entry.get("metric", "*"), label)
         reason = entry.get("reason")
         if reason is not None and not isinstance(reason, str):
             raise UserError(f"{label}: key 'reason' must be text saying why the difference is known and "
