@@ -52,6 +52,9 @@ timeout = 900
 # Where environments and built wheels are cached; a CI cache of this folder saves the installs between jobs.
 # cache_dir = "~/.cache/modelci"
 
+# Seconds a git commit's build (--repo/--ref, bisect) may take; building a large framework from source takes hours.
+# build_timeout = 3600
+
 [checks]  # how strictly every workload and metric is judged (per workload: [[overrides]] below)
 # slower only past this ratio of the baseline's median time AND when a one-sided rank test gives p < alpha
 # timing_factor = 1.10
