@@ -358,3 +358,14 @@ def test_discovery_is_given_the_workload_timeout_when_that_is_longer(project, mo
     else:
         with pytest.raises(HarnessError, match=r"did not finish in 1 s \(the larger of 0.5 s and the `timeout` "):
             workflow.run(config, "current", [str(folder)])
+
+
+def test_a_spawned_workload_killed_by_sigkill_is_crashed_by_that_signal_without_a_traceback(project):
+    # the OOM killer's signal: the spawned child's supervisor could not set a handler for SIGKILL, printed its own
+    # traceback and exited 1, so the workload read as "exited with code 1 before writing its result"
+    results = run(project, "\n\nclass Killed(_Base):\n    def setup(self, ctx):\n        import os, signal\n"
+                           "        os.kill(os.getpid(), signal.SIGKILL)\n", "spawn")
+    killed = results["Killed"]
+    assert killed.status == "crashed" and killed.reason == "killed by SIGKILL", killed.reason
+    assert "Traceback" not in killed.stderr_tail
+    assert results["Good"].status == "ok"

@@ -233,9 +233,12 @@ def _build_wheel(project: Path, plan: BuildPlan, target: Any, tmp: Path, cache_d
         code, _ = supervisor.run(cmd, env, out, out, timeout, cwd=project)
     tail = _tail(log_path)
     if code != 0:
-        what = (f"exit code {code}" if code is not None else
-                f"no result after {timeout:g} s (build_timeout; every process it started was ended)")
-        raise BuildError(f"{label} did not build with {how}: {what}; the build log ends with:\n{tail}", tail)
+        from modelci.workload.processes import signal_name
+
+        what = (f"no result after {timeout:g} s (build_timeout; every process it started was ended)" if code is None
+                else f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}")
+        log = f"the build log ends with:\n{tail}" if tail.strip() else "the build printed nothing"
+        raise BuildError(f"{label} did not build with {how}: {what}; {log}", tail)
     wheels = sorted(dist.glob("*.whl"))
     if not wheels and plan.strategy == "command":
         wheels = sorted(p for p in (project / "dist").glob("*.whl") if p.stat().st_mtime >= started - 1)

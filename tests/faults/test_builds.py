@@ -104,3 +104,17 @@ def test_an_environment_install_ends_with_the_run_that_is_cancelled_or_killed(pr
     if signum == signal.SIGTERM:
         assert "interrupted (SIGTERM)" in err
     project.assert_clean(type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode}))
+
+
+def test_a_build_killed_by_sigkill_says_so_and_that_it_printed_nothing(project, repo):
+    # the supervisor could not set a handler for SIGKILL (signal.signal refuses it): the "build log" was its own
+    # traceback, and the build read as "exit code 1"
+    project.workloads(QUICK)
+    done = project.cli("run", "--repo", str(repo), "--ref", "HEAD", "--build", "kill -9 $$", "--suite", "suite",
+                       "--json", "report.json")
+    assert done.returncode == 1, done.stderr
+    [result] = project.report()["results"]
+    assert "did not build with the build command 'kill -9 $$': killed by SIGKILL; the build printed nothing" in \
+        result["reason"], result["reason"]
+    assert "Traceback" not in done.stdout + done.stderr + str(result)
+    project.assert_clean(done)

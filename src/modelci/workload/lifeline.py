@@ -151,7 +151,8 @@ def supervise(command: Sequence[str]) -> int:
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the child dumped its core already, if it was to
-    signal.signal(signum, signal.SIG_DFL)
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):  # no handler can be set for these two: they act as default
+        signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)  # ends here as the child ended: the harness reads the signal as the child's
     return 128 + signum
 
