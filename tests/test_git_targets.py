@@ -172,6 +172,15 @@ def test_a_history_that_refuses_a_failed_build_shows_its_errors_like_any_run_it_
     assert result.status == "error" and "the build command 'exit 3'" in result.reason
 
 
+def test_a_build_command_that_ends_in_whl_is_still_a_git_target(project):
+    # the spec ended in ".whl", and was taken for a wheel file: "no such wheel file"
+    make = ('"$PYTHON" -c "import os, sys; sys.path.insert(0, \'_build\'); import fakebackend; '
+            'fakebackend.build_wheel(\'out\')" && cp out/*.whl "$MODELCI_DIST_DIR"/fakefw-0-py3-none-any.whl')
+    spec = targets.git_spec(str(project["repo"].path), project["shas"]["scaled"], make)
+    assert spec.endswith(".whl")
+    assert targets.resolve(spec, cache_dir=project["cache"]).kind == "git"
+
+
 def test_custom_build_command(project):
     make = ('"$PYTHON" -c "import os, sys; sys.path.insert(0, \'_build\'); import fakebackend; '
             'fakebackend.build_wheel(os.environ[\'MODELCI_DIST_DIR\'])"')

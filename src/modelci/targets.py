@@ -121,10 +121,10 @@ def _resolve(spec: str, cache_dir: str | Path | None) -> Target:
                         "current")
     if text == "current":
         return Target(spec=text, kind="current", name="current")
+    if text.startswith("git+"):  # first: a build command may end in ".whl" (`cp ... $MODELCI_DIST_DIR/x.whl`)
+        return _git_target(text, cache_dir)
     if text.endswith(".whl"):
         return _wheel_target(text)
-    if text.startswith("git+"):
-        return _git_target(text, cache_dir)
     try:
         requirement = Requirement(text)
     except InvalidRequirement as exc:
