@@ -64,6 +64,7 @@ class History:
         comparisons = workflow.evaluate(config, self.store, target, results)
         outcome = workflow.RunOutcome(run_id=run_id, target=target, environment=self.env, runner=config.runner,
                                       comparisons=comparisons)
+        hooks.check_config(config, self.store, outcome)  # as workflow does, alarms or not
         if alarms:
             outcome.alarms = hooks.after_run(config, self.store, outcome, today=today)
         return outcome

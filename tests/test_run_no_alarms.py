@@ -27,3 +27,24 @@ def test_no_alarms_with_bisect_on_alarm_is_a_user_error(fake_project, capsys):
                      "--bisect-on-alarm", "--good", "HEAD~1", "--no-alarms"])
     assert code == 2
     assert "--no-alarms opens none" in capsys.readouterr().err
+
+
+def test_no_alarms_still_checks_the_entries_that_judged_the_run(fake_project, capsys, caplog):
+    # --no-alarms skipped the [[policy]] metric check and the unmatched-pattern warnings with the alarm step, so a
+    # pull request's build was judged by a mistyped entry and nobody was told
+    with open(fake_project.root / "modelci.toml", "a") as toml:
+        toml.write('[[overrides]]\nworkload = "fakesuite/Slwo"\ntiming_factor = 3.0\n'
+                   '[[overrides]]\nmetric = "acuracy"\nthreshold = 0.1\n')
+    base = ["run", "--suite", str(fake_project.suite), "-k", "Slow", "--target", str(fake_project.v10)]
+    with caplog.at_level("WARNING", logger="modelci.alarms"):
+        assert cli.main([*base, "--no-alarms"]) == 0
+    warned = sorted(r.getMessage() for r in caplog.records)
+    assert len(warned) == 2, warned
+    assert "[[overrides]] entry 1: workload = 'fakesuite/Slwo' matches no workload in the history" in warned[0]
+    assert ("[[overrides]] entry 2: metric = 'acuracy' matches no metric or output that a workload in the history "
+            "records") in warned[1]
+    with open(fake_project.root / "modelci.toml", "a") as toml:
+        toml.write('[[policy]]\nmetric = "acuracy"\nthreshold = 0.1\n')
+    capsys.readouterr()
+    assert cli.main([*base, "--no-alarms"]) == 2
+    assert "is stored, but" in capsys.readouterr().err

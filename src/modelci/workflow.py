@@ -276,9 +276,10 @@ def failed_build(config: Config, store: Store, target: targets.Target, error: bu
                                                   results=results, status="complete", suites=suite_specs,
                                                   selection=pattern or "", command=command, started_at=started))
     outcome.comparisons = evaluate(config, store, target, results)
-    if alarms:
-        from modelci.alarms import hooks as alarm_hooks
+    from modelci.alarms import hooks as alarm_hooks
 
+    alarm_hooks.check_config(config, store, outcome)
+    if alarms:
         outcome.alarms = alarm_hooks.after_run(config, store, outcome)
     return outcome
 
@@ -310,6 +311,7 @@ def _after_ingest(config: Config, store: Store, target: targets.Target, env: env
         return
     with _timed(timings, "checks"):
         outcome.comparisons = evaluate(config, store, target, results, store_for=fresh)
+    alarm_hooks.check_config(config, store, outcome)  # alarms or not: the entries judged this run
     # alarms after the run is stored, so that a failing notifier can never lose it
     if alarms:
         with _timed(timings, "alarms"):
@@ -648,9 +650,10 @@ def _compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], p
             store.add_findings(result.id, comparison.baseline.id if comparison.baseline else None,
                                comparison.findings)
     side_b.comparisons = comparisons
-    if alarms and side_b.run_id is not None:
-        from modelci.alarms import hooks as alarm_hooks
+    from modelci.alarms import hooks as alarm_hooks
 
+    alarm_hooks.check_config(config, store, side_b)
+    if alarms and side_b.run_id is not None:
         with _timed(side_b.timings, "alarms"):
             side_b.alarms = alarm_hooks.after_run(config, store, side_b)
     return CompareOutcome(a=side_a, b=side_b, comparisons=comparisons)

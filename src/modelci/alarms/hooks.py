@@ -1,6 +1,6 @@
 """What runs after every `modelci run` and on `modelci alarms check` (docs/design.md, "Flow": alarms.update + notify).
 
-    validate [[policy]] metrics, warn of workload patterns that match nothing
+    (check_config, alarms or not: [[policy]] metrics, workload patterns that match nothing)
         → change points of this run's series → observations → lifecycle.apply
         → stale runners → notify (never loses the run: it is stored already)
 """
@@ -40,13 +40,11 @@ class AlarmReport:
 def after_run(config: Any, store: Any, outcome: Any, *, today: date | None = None) -> AlarmReport:
     """The alarm step of `run`, once the run is stored and judged: history change points (added to the
     comparisons and stored as `history` findings), alarm updates, then notifications. A failing notifier is
-    logged and reported in the returned AlarmReport, never raised; the one UserError is a [[policy]] naming a
-    metric that no workload records."""
+    logged and reported in the returned AlarmReport, never raised. The configuration's checks come before it,
+    alarms or not (`check_config`)."""
     report = AlarmReport()
     if outcome.run_id is None:  # every result was reused: nothing new to judge
         return report
-    check_policy_metrics(config, store, f"run {outcome.run_id} is stored, but")
-    warn_unmatched_workloads(config, store, {c.result.workload for c in outcome.comparisons})
     runner = config.runner
     if config.alarms.get("changes", True):
         fresh = {c.result.workload for c in outcome.comparisons if c.result.status == "ok"}
@@ -193,6 +191,16 @@ def _suite_recoveries(store: Any, runner: str, seen: set[str]) -> list[Observati
     return found
 
 
+def check_config(config: Any, store: Any, outcome: Any) -> None:
+    """The checks of the configuration that need the history, run once a run is stored and judged, whether or
+    not the alarm step follows (`--no-alarms`, a PR build, is judged by the same entries): a [[policy]] metric
+    that no workload records is a UserError, any other pattern that matches nothing a warning."""
+    if outcome.run_id is None:  # every result was reused: the history holds nothing new to check against
+        return
+    check_policy_metrics(config, store, f"run {outcome.run_id} is stored, but")
+    warn_unmatched(config, store, outcome)
+
+
 def check_policy_metrics(config: Any, store: Any, prefix: str = "") -> None:
     """Refuse a [[policy]] naming a user metric or output that no workload records (settings.check_policy_metrics)."""
     pending = [p for p in config.policies if not settings.is_builtin_metric(p["metric"])]
@@ -205,25 +213,35 @@ def check_policy_metrics(config: Any, store: Any, prefix: str = "") -> None:
     settings.check_policy_metrics(pending, names, where)
 
 
-def warn_unmatched_workloads(config: Any, store: Any, ran: set[str]) -> None:
+def warn_unmatched(config: Any, store: Any, outcome: Any) -> None:
     """Warn of each [[overrides]], [[policy]] and [[allow]] entry whose workload pattern matches no workload in
-    the history: its settings judge nothing, silently (a typo such as `models/resnt*`, or `[`, which fnmatch reads
-    as itself). A warning, not an error: an entry may be meant for a suite that no runner has run yet. The
-    workloads of the run (`ran`) are tried first; the history's are read only for a pattern none of them match."""
-    entries = [(kind, entry) for kind, table in (("overrides", config.overrides), ("policy", config.policies),
-                                                  ("allow", config.allow))
-               for entry in table if "workload" in entry
-               and not any(fnmatch.fnmatchcase(name, entry["workload"]) for name in ran)]
-    if not entries:
+    the history, and of each [[overrides]] and [[allow]] entry whose user metric or output matches none it
+    records ([[policy]] refuses those: check_policy_metrics): its settings judge nothing, silently (a typo such
+    as `models/resnt*` or `acuracy`, or `[`, which fnmatch reads as itself). A warning, not an error: an entry
+    may be meant for a suite that no runner has run yet. What the run recorded is tried first; the history is
+    read only for a pattern none of it matches."""
+    ran = {c.result.workload for c in outcome.comparisons}
+    recorded = {name for c in outcome.comparisons
+                for name in [*c.result.metrics, *(f"output:{n}" for n in c.result.outputs)]}
+    tables = (("overrides", config.overrides), ("policy", config.policies), ("allow", config.allow))
+    loose = [(kind, "workload", entry) for kind, table in tables for entry in table
+             if "workload" in entry and not any(fnmatch.fnmatchcase(name, entry["workload"]) for name in ran)]
+    loose += [(kind, "metric", entry) for kind, table in tables[::2] for entry in table
+              if "metric" in entry and not settings.is_builtin_metric(entry["metric"])
+              and not any(fnmatch.fnmatchcase(name, entry["metric"]) for name in recorded)]
+    if not loose:
         return
     with store.read() as session:
-        known = set(session.scalars(select(ResultRow.workload).distinct()))
-    for kind, entry in entries:
-        pattern = entry["workload"]
-        if not any(fnmatch.fnmatchcase(name, pattern) for name in known):
-            log.warning("modelci: %s: [[%s]] entry %s: workload = %r matches no workload in the history, so it "
-                        "judges nothing; fix the pattern (a glob of ids such as suite/Name) or remove the entry",
-                        config.file or "config", kind, entry.get("_entry", "?"), pattern)
+        known = {"workload": set(session.scalars(select(ResultRow.workload).distinct())),
+                 "metric": set(session.scalars(select(MetricRow.name).distinct()))
+                 | {f"output:{n}" for n in session.scalars(select(OutputRow.name).distinct())}}
+    what = {"workload": "workload in the history", "metric": "metric or output that a workload in the history records"}
+    for kind, key, entry in loose:
+        pattern = entry[key]
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in known[key]):
+            log.warning("modelci: %s: [[%s]] entry %s: %s = %r matches no %s, so it judges nothing; fix the "
+                        "pattern or remove the entry", config.file or "config", kind, entry.get("_entry", "?"),
+                        key, pattern, what[key])
 
 
 def _say_failures(report: AlarmReport) -> None:
