@@ -215,6 +215,24 @@ def test_an_infinite_value_in_the_history_is_no_point_and_the_alarm_step_still_r
     assert (alarm.metric, alarm.numbers["first_target"]) == ("time.infer", "fw==1.0.26")
 
 
+def test_a_value_too_large_for_the_detector_is_no_point_and_warns_of_nothing(history):
+    # 1e300 (an overflowed counter): the detector's sums of squares overflowed, numpy's RuntimeWarnings reached
+    # the console, and the verdict on the series was NaN's
+    import warnings
+
+    from modelci.checks import history as detector
+
+    values = [1e300 if i % 3 else 1.0 for i in range(14)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i, value in enumerate(values):
+            history.run(f"1.0.{i}", [timed(SLOW, 0.1, seed=i, extra={"counter": [value]})])
+        (series,) = changes.load_series(history.store, metric="counter")
+        assert series.values == [1.0] * 5
+        with pytest.raises(ValueError, match="at most 1e\\+150 in magnitude"):
+            detector.detect_changes([1.0, 1e300] * 10)
+
+
 def test_the_online_check_looks_for_a_step_the_bad_way_only(history):
     from modelci.checks.history import detect_latest
 

@@ -93,13 +93,16 @@ def load_series(store: Any, runner: str | None = None, workloads: Iterable[str] 
     if metric:
         stmt = stmt.where(MetricRow.name == metric)
     # (runner, workload, metric) -> target id -> [values], and each series' kind and unit
+    from modelci.checks.history import MAX_LEVEL
+
     points: dict[tuple[str, str, str], dict[int, list[float]]] = {}
     shapes: dict[tuple[str, str, str], tuple[str, str]] = {}
     with store.read() as session:
         for run_runner, workload, name, kind, unit, number, target_id in session.execute(stmt):
-            if not math.isfinite(number):
+            if not math.isfinite(number) or abs(number) > MAX_LEVEL:
                 # a diverged loss or an overflowed counter: the pairwise checks report it; a level it has none
-                # (PostgreSQL keeps a NaN where SQLite stores NULL, which the query leaves out already)
+                # (PostgreSQL keeps a NaN where SQLite stores NULL, which the query leaves out already). Past
+                # MAX_LEVEL (1e300) the detector's sums of squares overflowed, and its verdict was NaN's
                 continue
             key = (run_runner, workload, name)
             points.setdefault(key, {}).setdefault(target_id, []).append(number)

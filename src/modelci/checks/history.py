@@ -967,11 +967,15 @@ def _robust_var(d: np.ndarray, ties: tuple[float, float] = TIES) -> float:
     return float(np.mean(kept**2)) / _TRIMMED_VAR_3SD
 
 
+#: the largest magnitude a series may hold: the sums of squares the detector takes overflow past about 1e154
+MAX_LEVEL = 1e150
+
+
 def _as_series(values: Sequence[float]) -> np.ndarray:
-    """The values as a float array; a NaN or infinity is a bug upstream, not noise."""
+    """The values as a float array; a NaN, an infinity or a value past MAX_LEVEL is a bug upstream, not noise."""
     x = np.asarray(values, dtype=float).ravel()
-    if not np.all(np.isfinite(x)):
-        raise ValueError("a history series must hold only finite values")
+    if not np.all(np.isfinite(x)) or (len(x) and float(np.max(np.abs(x))) > MAX_LEVEL):
+        raise ValueError(f"a history series must hold only finite values of at most {MAX_LEVEL:g} in magnitude")
     return x
 
 
