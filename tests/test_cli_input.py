@@ -143,6 +143,7 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     # an unset variable in a CI script (`--from "$PRODUCER"`) checked every older version, the default, silently
     (["compat", "--target", "numpy==2.1.3", "--from", ""], "argument --from: '' is empty"),
     (["bisect", "--check", "compat", "--good", "a", "--bad", "b", "--into", " "], "argument --into: ' ' is empty"),
+    (["compat", "--target", "numpy==2.1.3", "--from", " , "], "argument --from: ' , ' is empty"),
     # each timed call is a value the history keeps in the run's row: a billion would have filled it
     (["run", "--target", "current", "--suite", "zoo:numpy", "--repeats", "1000000000"],
      "option --repeats must be 100000 or less"),

@@ -615,7 +615,7 @@ def _nothing_message(store: Any, target: Any, manifests: list[dict[str, Any]], d
     selection = f"suites {', '.join(suites)}" + (f", -k {pattern!r}" if pattern else "")
     return (f"compat found no stored {what} for {selection} in the artifact store {store.artifacts.root} (it holds: "
             f"{describe_store(manifests)}). Nothing was checked, so this is not a pass: run `modelci run --target "
-            "<version> --suite ...` to record saved models (workloads need `formats`), or widen --from")
+            f"<version> --suite ...` to record saved models (workloads need `formats`), or widen {producers.option}")
 
 
 def fetch(store: Any, manifests: list[dict[str, Any]], folder: Path) -> dict[str, dict[str, Any]]:

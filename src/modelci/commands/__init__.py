@@ -67,7 +67,7 @@ def days(text: str) -> float:
 def build(text: str) -> str:
     """A build to load from or into (`--from`, `--into`): a version, a specifier set, a ref or a target spec.
     Blank is refused: `--from "$PRODUCER"` with the variable unset meant the option's default, silently."""
-    if not text.strip():
+    if not text.replace(",", "").strip():  # "," is a specifier set of no specifiers: every version, as blank
         raise argparse.ArgumentTypeError(f"{text!r} is empty; give a version, a specifier set such as '>=1.2', a "
                                          "ref or a target, or leave the option out for its default")
     return text
