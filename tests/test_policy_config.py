@@ -193,6 +193,14 @@ def test_an_entry_whose_workload_pattern_matches_nothing_in_the_history_is_warne
     assert history.store.run(1).row.status == "complete"  # a warning: the run is stored and judged
 
 
+def test_an_allow_entry_for_a_workload_is_no_unmatched_metric_in_a_run_that_recorded_none(tmp_path, caplog):
+    # [[allow]] with a workload only allows every metric ("*"); a first run whose workloads all failed records none
+    history = History(tmp_path / "p", '[[allow]]\nworkload = "suite/*"\nreason = "known"\nexpires = "2999-01-01"\n')
+    with caplog.at_level("WARNING", logger="modelci.alarms"):
+        history.run("1.0", [timed(SLOW, status="error", reason="import failed")])
+    assert [r.getMessage() for r in caplog.records] == []
+
+
 def test_active_decides_gating_for_builtin_and_user_metrics(tmp_path):
     cfg = load(tmp_path, '[[policy]]\nmetric = "time.infer"\nactive = false\n'
                          '[[policy]]\nmetric = "accuracy"\ndirection = "higher"\nactive = true\n')

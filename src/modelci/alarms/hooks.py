@@ -226,8 +226,9 @@ def warn_unmatched(config: Any, store: Any, outcome: Any) -> None:
     tables = (("overrides", config.overrides), ("policy", config.policies), ("allow", config.allow))
     loose = [(kind, "workload", entry) for kind, table in tables for entry in table
              if "workload" in entry and not any(fnmatch.fnmatchcase(name, entry["workload"]) for name in ran)]
+    # "*" is [[allow]]'s metric when it names a workload only: everything, even in a run that recorded nothing
     loose += [(kind, "metric", entry) for kind, table in tables[::2] for entry in table
-              if "metric" in entry and not settings.is_builtin_metric(entry["metric"])
+              if entry.get("metric", "*") != "*" and not settings.is_builtin_metric(entry["metric"])
               and not any(fnmatch.fnmatchcase(name, entry["metric"]) for name in recorded)]
     if not loose:
         return
