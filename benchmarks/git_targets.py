@@ -34,6 +34,9 @@ def measure() -> dict[str, list[float]]:
     from fakerepo import FakeRepo
 
     from modelci import builds, envs, targets
+    from modelci.config import OPTION_BY_NAME
+
+    timeout = OPTION_BY_NAME["build_timeout"].default  # a user's build gets as long
 
     times: dict[str, list[float]] = {"pythonpath build": [], "pythonpath environment": [], "wheel build": [],
                                      "cached build": []}
@@ -49,7 +52,8 @@ def measure() -> dict[str, list[float]]:
                 build = "wheel" if strategy == "wheel" else "pythonpath"
                 start = time.perf_counter()
                 target = targets.resolve(targets.git_spec(str(repo.path), sha, build), cache_dir=cache)
-                requirements = builds.prepare(target, cache, python=python, index=index, log=lambda line: None)
+                requirements = builds.prepare(target, cache, python=python, index=index, timeout=timeout,
+                                              log=lambda line: None)
                 if strategy == "pythonpath-env":
                     envs.ensure(envs.EnvSpec(requirements=requirements, python=python, index=index), cache,
                                 log=lambda line: None)
@@ -59,7 +63,7 @@ def measure() -> dict[str, list[float]]:
                 times[name].append(seconds)
                 if strategy == "wheel":
                     start = time.perf_counter()
-                    builds.prepare(target, cache, python=python, index=index, log=lambda line: None)
+                    builds.prepare(target, cache, python=python, index=index, timeout=timeout, log=lambda line: None)
                     times["cached build"].append(time.perf_counter() - start)
     return times
 

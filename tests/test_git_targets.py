@@ -100,7 +100,7 @@ def test_wheel_build_is_cached_by_commit_and_valid_only_when_complete(project):
                              cache_dir=project["cache"])
     python = project["cfg"].python
     lines = []
-    requires = builds.prepare(target, project["cache"], python=python, index=envs.IndexConfig.from_pip(),
+    requires = builds.prepare(target, project["cache"], python=python, index=envs.IndexConfig.from_pip(), timeout=600,
                               log=lines.append)
     folder, _ = builds.build_dir(target, project["cache"], python)
     assert (folder / "fakefw-1.0-py3-none-any.whl").is_file() and target.version == "1.0"
@@ -111,13 +111,13 @@ def test_wheel_build_is_cached_by_commit_and_valid_only_when_complete(project):
     assert (folder / "site" / "fakefw-1.0.dist-info" / "METADATA").is_file()
 
     lines.clear()
-    assert builds.prepare(target, project["cache"], python=python, log=lines.append) == requires
+    assert builds.prepare(target, project["cache"], python=python, timeout=600, log=lines.append) == requires
     assert lines == [], "a cached build is not built again"
 
     # a build folder without its build.json (a killed build) is not taken for a build
     (folder / "build.json").unlink()
     assert not builds.is_built(target, project["cache"], python)
-    builds.prepare(target, project["cache"], python=python, log=lines.append)
+    builds.prepare(target, project["cache"], python=python, timeout=600, log=lines.append)
     assert any(line.startswith("building commit") for line in lines)
     assert json.loads((folder / "build.json").read_text())["commit"] == target.commit
 

@@ -40,16 +40,16 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from modelci import locks, projectmeta, selection
+from modelci.execute import supervisor
 from modelci.errors import UserError
 from modelci.gitrepo import GitRepo
 from modelci.projectmeta import PROJECT_FILES
+from modelci.workload.processes import signal_name
 
 #: bump when the layout of a build folder changes: old builds are then built again
 BUILD_SCHEMA = 2
 #: pythonpath builds: the folder beside the wheel that holds the package's dist-info, put on the path
 METADATA_DIR = "site"
-#: the default of config's `build_timeout`
-BUILD_TIMEOUT = 3600.0
 LOG_TAIL_CHARS = 3000
 
 
@@ -126,13 +126,13 @@ def remembered_failure(target: Any, cache_dir: Path | str, python: str) -> dict[
 
 
 def prepare(target: Any, cache_dir: Path | str, *, python: str, index: Any = None,
-            log: Callable[[str], object] = print, timeout: float = BUILD_TIMEOUT) -> list[str]:
+            timeout: float, log: Callable[[str], object] = print) -> list[str]:
     """Build a git target (or take its cached build) and return the requirements that install it.
 
     Sets the target's name and version from what was built. A pythonpath build returns the package's
     dependencies and sets `target.paths`, the folders each process puts first on its path (the checkout and the
     package's metadata). Raises BuildError when the commit does not build, or when its build runs past `timeout`
-    seconds.
+    seconds (config's `build_timeout`, which owns the default).
     """
     folder, plan = build_dir(target, cache_dir, python)
     done = _load(folder)
@@ -227,14 +227,10 @@ def _build_wheel(project: Path, plan: BuildPlan, target: Any, tmp: Path, cache_d
         how = f"the build command {plan.command!r}"
     log_path = tmp / "build.log"
     started = time.time()
-    from modelci.execute import supervisor
-
     with open(log_path, "wb") as out:
         code, _ = supervisor.run(cmd, env, out, out, timeout, cwd=project)
     tail = _tail(log_path)
     if code != 0:
-        from modelci.workload.processes import signal_name
-
         what = (f"no result after {timeout:g} s (build_timeout; every process it started was ended)" if code is None
                 else f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}")
         log = f"the build log ends with:\n{tail}" if tail.strip() else "the build printed nothing"

@@ -68,8 +68,8 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
 
 
 def locked_environment(target: targets.Target, lock: envs.lockfile.Lock, python: str, index: envs.IndexConfig,
-                       cache: Path, environ: dict[str, str], log: Any = print,
-                       build_timeout: float = builds.BUILD_TIMEOUT) -> envs.Environment:
+                       cache: Path, environ: dict[str, str], log: Any = print, *,
+                       build_timeout: float) -> envs.Environment:
     """Exactly the environment of `lock`, for `target` (built, or taken from the cache); a git target's commit
     is built first (a pythonpath build's package is not in the lock: it goes on the path)."""
     if target.kind == "git":
@@ -101,7 +101,8 @@ def environment_for(config: Config, target: targets.Target, extra: list[str] = (
         return envs.current(cache, environ=environ)
     index = index or index_for(config)
     if lock is not None:
-        return locked_environment(target, lock, config.python, index, cache, environ, log, config.build_timeout)
+        return locked_environment(target, lock, config.python, index, cache, environ, log,
+                                  build_timeout=config.build_timeout)
     requirements = list(target.requirements)
     if target.kind == "git":  # build the commit (or take its cached build); builds.BuildError if it fails
         requirements = builds.prepare(target, cache, python=config.python, index=index, log=log,

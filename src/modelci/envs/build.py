@@ -32,6 +32,8 @@ from modelci.envs import lockfile
 from modelci.envs.fingerprint import collect, numerics_env, parse_lock
 from modelci.envs.pipconfig import IndexConfig
 from modelci.errors import HarnessError, UserError
+from modelci.execute import supervisor
+from modelci.workload.lifeline import CANNOT_RUN
 
 #: bump when the layout of an environment or the meaning of its spec changes: old environments then rebuild
 SPEC_SCHEMA = 1
@@ -332,9 +334,6 @@ def _run_uv(uv: str, args: list[str], cache_dir: Path,
     """Run uv and keep what it printed; with `log`, each of its progress lines (`Resolved 12 packages in 1.2s`,
     `Downloading torch (170.3MiB)`, `Installed ...`) is passed on as uv prints it, so that a build of minutes
     is not silent. The list of packages it installs (` + name==version`) is not: the lock says it."""
-    from modelci.execute import supervisor
-    from modelci.workload.lifeline import CANNOT_RUN
-
     env = dict(os.environ)
     # Runs share uv's cache, but a user's own UV_CACHE_DIR wins.
     env.setdefault("UV_CACHE_DIR", str(cache_dir / "uv-cache"))

@@ -170,7 +170,7 @@ class NodeAgent:
             env = envs.current(self.cache, environ=environ)
         else:
             env = steps.locked_environment(target, payload["lock"], python, payload["index"], self.cache,
-                                           environ, log, settings["build_timeout"])
+                                           environ, log, build_timeout=settings["build_timeout"])
         if env.id != payload["environment"]:
             raise UserError(f"the environment here is {env.id}, the driver's {payload['environment']}: "
                             + ("the running interpreters differ (target current)" if target.kind == "current"

@@ -9,7 +9,6 @@ findings that are added after the checks ran.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, Text, UniqueConstraint
@@ -18,7 +17,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
 from modelci.records import fit
-
 from modelci.targets import label as target_label
 
 #: the version of the hand-written schema code before Alembic revisions; kept in `schema_info` for the
