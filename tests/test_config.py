@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 
 from modelci import config as config_module
@@ -25,3 +26,25 @@ def test_tool_modelci_table_in_pyproject_is_read_and_paths_are_relative_to_it(tm
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.modelci]\ndb = "hist/h.db"\n')
     cfg = config_module.load(cwd=tmp_path, environ={})
     assert cfg.db == str((tmp_path / "hist" / "h.db").resolve())
+
+
+def test_a_number_or_a_boolean_in_the_file_is_a_toml_one(tmp_path):
+    import pytest
+
+    from modelci.errors import UserError
+
+    for line, message in (('timeout = "60"', "key 'timeout' must be a number, got the string '60': write it "
+                                             "without quotes"),
+                          ('build_timeout = "5"', "key 'build_timeout' must be a number, got the string '5'"),
+                          ('seed = "3"', "key 'seed' must be an integer, got the string '3'"),
+                          ('artifacts_readonly = "true"', "key 'artifacts_readonly' must be true or false, got the "
+                                                          "string 'true'"),
+                          ('artifacts_options = "{}"', "key 'artifacts_options' must be a table, got the string")):
+        (tmp_path / "modelci.toml").write_text(line + "\n")
+        with pytest.raises(UserError, match=re.escape(message)):
+            config_module.load(cwd=tmp_path, environ={})
+    # the same text in an environment variable is converted: a variable has no other type
+    (tmp_path / "modelci.toml").write_text("")
+    cfg = config_module.load(cwd=tmp_path, environ={"MODELCI_TIMEOUT": "60", "MODELCI_ARTIFACTS_READONLY": "true",
+                                                     "MODELCI_SEED": "3"})
+    assert (cfg.timeout, cfg.artifacts_readonly, cfg.seed) == (60.0, True, 3)

@@ -257,7 +257,8 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
         if key not in known:
             raise UserError(f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
         if key in OPTION_BY_NAME:
-            values[key], sources[key] = coerce(OPTION_BY_NAME[key], value, f"{where}: key {key!r}"), f"file:{path}"
+            values[key], sources[key] = (coerce(OPTION_BY_NAME[key], value, f"{where}: key {key!r}", typed=True),
+                                         f"file:{path}")
     for option in OPTIONS:
         if option.env in environ and environ[option.env] != "":
             raw = environ[option.env]
@@ -299,8 +300,16 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
                   alarms=alarm_settings.validate_alarm_settings(data.get("alarms", {}), where))
 
 
-def coerce(option: Option, value: Any, where: str) -> Any:
-    """Convert a value to the option's type, or raise a UserError naming where it came from."""
+def coerce(option: Option, value: Any, where: str, typed: bool = False) -> Any:
+    """Convert a value to the option's type, or raise a UserError naming where it came from.
+
+    ``typed``: the value comes from TOML, which has numbers, booleans and tables of its own; a string there is
+    refused, as the check settings refuse it (`timeout = "60"` is a typo for `timeout = 60`). Environment
+    variables and flags are text, and are converted."""
+    if typed and isinstance(value, str) and option.type in (int, float, bool, dict):
+        written = {int: "an integer", float: "a number", bool: "true or false", dict: "a table"}[option.type]
+        raise UserError(f"{where} must be {written}, got the string {value!r}: write it without quotes"
+                        if option.type is not dict else f"{where} must be a table, got the string {value!r}")
     try:
         if option.type is dict:
             return _coerce_dict(value)
