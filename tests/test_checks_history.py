@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
 import pytest
 
@@ -343,7 +346,7 @@ def test_shift_fit_on_a_trend_is_generalised_least_squares_under_ar1_noise():
     tails = np.arange(3, 9)
     for phi in (0.0, 0.5):
         noise = Noise(0.8, phi)
-        z, beta = history._shift_fit(segment, tails, noise, trend=True)
+        z, beta, _ = history._shift_fit(segment, tails, noise, trend=True)
         for j, k in enumerate(tails):
             t = (np.arange(30) - 14.5) / 30
             design = np.column_stack([np.ones(30), t, np.arange(30) >= 30 - k]).astype(float)
@@ -547,3 +550,66 @@ def test_a_run_of_equal_values_before_the_tail_divides_nothing_by_zero():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy's divide-by-zero RuntimeWarning reached the user's console
         assert detect_latest(x, window=60) is None
+
+
+def skewed(n: int, seed: int, cv: float = 0.03) -> np.ndarray:
+    """Timing-like noise at ``cv``: gamma of skewness 1, most runs near the fastest and a few much slower."""
+    return 1 + cv * (np.random.default_rng(seed).gamma(4.0, 1.0, n) - 4.0) / 2.0
+
+
+def test_long_tailed_noise_is_measured_with_its_tail():
+    # a 3-MAD trim took the sd of exponential noise for 0.72 of its own (median over these series)
+    ratios = [estimate_noise(np.random.default_rng(seed).exponential(1.0, 200)).sd for seed in range(40)]
+    assert np.median(ratios) >= 0.85
+    # outliers of 8-15 sds are still left out
+    rng = np.random.default_rng(1)
+    spiky = rng.standard_normal(200)
+    spiky[rng.choice(200, 4, replace=False)] += 12
+    assert estimate_noise(spiky).sd == pytest.approx(1.0, abs=0.15)
+
+
+def test_skewed_and_heavy_tailed_noise_makes_few_change_points():
+    false = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        false += len(detect_changes(20 + rng.exponential(1.0, 200) - 1))
+        false += len(detect_changes(20 + rng.standard_t(3, 200) / np.sqrt(3)))
+    assert false <= 6  # 16 with the noise trimmed at 3 MAD-sds
+
+
+def test_the_skewness_of_the_noise_is_estimated_and_shrunk():
+    from modelci.checks.history import _skewness
+
+    rng = np.random.default_rng(3)
+    assert _skewness(rng.gamma(4.0, 1.0, 200) - 4.0, 2.0) > 0.4  # skewness 1, less its standard error 0.17
+    assert _skewness(4.0 - rng.gamma(4.0, 1.0, 200), 2.0) < -0.4
+    # symmetric noise: what scatter the estimate has is shrunk away, and outliers are spikes, not a tail
+    assert sum(_skewness(rng.standard_normal(200), 1.0) != 0.0 for _ in range(40)) <= 14
+    spiky = rng.standard_normal(200)
+    spiky[::50] += 12
+    assert abs(_skewness(spiky, 1.0)) < 0.3
+
+
+def test_a_long_tail_up_raises_the_threshold_up_only():
+    from modelci.checks.history import _skewed
+
+    base = np.array([9.0, 12.0])
+    skew = np.array([0.3, 0.3])
+    up, down, both = (_skewed(base, skew, worse) for worse in ("up", "down", "both"))
+    assert np.all(up > base) and np.all(both > base) and np.allclose(down, base)
+    # Cornish-Fisher: z 3 becomes 3 + 0.3 * 8 / 6 = 3.4
+    assert math.sqrt(up[0]) == pytest.approx(3.4)
+    assert np.allclose(_skewed(base, -skew, "down"), up)
+
+
+def test_slow_runs_of_a_skewed_noise_are_no_regression():
+    # the one-sided check on timings: these series raised an alarm each before the skewness was paid for
+    for seed in (0, 7):
+        assert online_alarms(skewed(100, seed), worse="up") == []
+    # and a 10% slowdown on the same noise is still found
+    values = skewed(100, 0)
+    values[94:] *= 1.10
+    change = detect_latest(values, worse="up")
+    assert change is not None and abs(change.index - 94) <= 1
+    # and its rule says what skewness raised the threshold it cleared
+    assert re.search(r"needs \d+\.\d; noise sd [0-9.]+, phi [0-9.]+, skewness 0\.\d\d;", change.rule), change.rule

@@ -64,7 +64,7 @@ BOTH_WAYS = 2.5
 #: and this much more z**2 per unit of phi: autocorrelated noise wanders in longer excursions, each of which
 #: crosses the threshold at more starting points, and phi and the sd are looser estimates there (with phi = 0.5
 #: and the noise known, the same threshold gives 1.2-1.7 times the false alarms of iid noise)
-PHI_PENALTY = 6.0
+PHI_PENALTY = 5.0
 #: detect_latest: PELT over flat and straight segments finds the older change points of the window with penalty
 #: sd**2 * long-run AR(1) variance factor * SEGMENT_PENALTY; the tail is tested against the points since the
 #: last of them
@@ -85,14 +85,19 @@ ALPHA = 0.01
 #: 2% of runs 30-50% slow must not open 3-point segments, while a 10% step at 3% noise (3.3 sd) moves the
 #: local median with it and is kept (clipping at 2-3 sd instead still let spikes through, docs/detection.md)
 SPIKE = 4.0
-#: the residuals of a normal sample truncated at +-3 sd have this variance (to undo the trimming)
 #: the shares of values tied at the median between which they are quantized noise (_robust_var): below,
 #: continuous; above, noise-free values with a few jumps (a deterministic loss, steps between builds). Residuals
 #: about a segmentation tie more than differences do (a value at the mode makes no difference to its neighbour at
 #: the mode, but every value at the mode is a residual of 0), and those of a noise-free series all tie
 TIES = (0.1, 0.75)
 RESIDUAL_TIES = (0.1, 0.95)
-_TRIMMED_VAR_3SD = 0.97334
+#: the robust variance keeps the values within TRIM MAD-sds of the median. 5 and not 3: what lies between 3 and
+#: 5 sds is the long tail of a skewed or heavy-tailed noise (timings, t-like noise), not outliers, and trimming
+#: it took the sd of exponential noise for 0.72 of its own, which made 0.29 false change points per 200-point
+#: series and 3.0 false alarms per 1,000 points (docs/detection.md); outliers of 8 sds and more stay out.
+#: The first sd from differences keeps 3 (DIFFERENCE_TRIM): there a step's few large differences must stay out
+TRIM = 5.0
+DIFFERENCE_TRIM = 3.0
 #: detect_changes: an sd estimated from n points is padded by (1 + SD_PADDING / sqrt(n_eff)) against its own
 #: uncertainty, n_eff = n (1 - phi) / (1 + phi) being what AR(1) noise is worth in independent points
 SD_PADDING = 0.25
@@ -126,6 +131,11 @@ TREND_MIN_POINTS = 8
 NOISE_WINDOW = 200
 #: lag-1 autocorrelation above this is treated as this (the inflation factor explodes as phi -> 1)
 MAX_PHI = 0.9
+#: detect_latest: the skewness of the noise is measured on the residuals within SKEW_TRIM sds (outliers beyond
+#: it are spikes, cleaned before the test, and must not pass for a long tail) and shrunk toward 0 by SKEW_SHRINK
+#: of its standard error sqrt(6 / n), so that a symmetric noise is not charged for the scatter of its estimate
+SKEW_TRIM = 6.0
+SKEW_SHRINK = 1.0
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,9 @@ class Noise:
     #: the sd of the AR(1) innovations (what is left once phi times the point before is taken out), when it was
     #: estimated from them; else sd * sqrt(1 - phi**2)
     innovation_sd: float | None = None
+    #: the skewness of the AR(1) innovations (positive: a long tail of high values, as timings have), shrunk
+    #: toward 0 by its own uncertainty; 0 when it was not estimated
+    skew: float = 0.0
 
     @property
     def innovations(self) -> float:
@@ -182,7 +195,8 @@ def estimate_noise(values: Sequence[float], *, min_size: int = 3) -> Noise:
     """Estimate the noise of a series robustly: steps, spikes and autocorrelation do not fool it.
 
     A first, deliberately coarse segmentation removes the steps; the sd is a trimmed sd of the residuals about
-    the segment medians and phi their lag-1 autocorrelation (both after clipping spikes), bias-corrected.
+    the segment medians (the trim leaves spikes out), phi their lag-1 autocorrelation after clipping spikes,
+    bias-corrected, and the innovations' sd and skewness come from r_t - phi r_(t-1).
     """
     x = np.asarray(values, dtype=float)
     n = len(x)
@@ -191,16 +205,19 @@ def estimate_noise(values: Sequence[float], *, min_size: int = 3) -> Noise:
     # lag-5 differences: a step touches only 5 of them, a spike 2, and for AR(1) with phi <= 0.5 their
     # variance is within 3% of twice the marginal one (first differences would see only 2 sd**2 (1 - phi))
     lag = min(5, n - 1)
-    sd0 = math.sqrt(_robust_var(x[lag:] - x[:-lag]) / 2)
+    sd0 = math.sqrt(_robust_var(x[lag:] - x[:-lag], trim=DIFFERENCE_TRIM) / 2)
     if sd0 == 0.0:
         return Noise(0.0, 0.0)
     # coarse on purpose: it assumes phi = 0.5 (variance x3), so AR(1) wander is left in the residuals for phi
     # to see, while a 10% step at 3% noise with 20 points on either side is still taken out
     penalty = 3 * sd0**2 * (2 * math.log(n) + 4)
     ends = _segment(x, penalty, min_size) if n >= 2 * min_size else [n]
-    residuals = np.concatenate([seg - np.median(seg) for seg in np.split(x, ends[:-1])])
-    residuals = np.clip(residuals, -3 * sd0, 3 * sd0)  # spikes must not make the noise look autocorrelated
-    sd = math.sqrt(_robust_var(residuals, RESIDUAL_TIES) * n / max(n - len(ends), 1))
+    unclipped = np.concatenate([seg - np.median(seg) for seg in np.split(x, ends[:-1])])
+    # the sds from the residuals as they are (the trim leaves the spikes out, and keeps a long tail in: clipped
+    # at 3 sds, each spike would count as a point of 3 sds), phi from them clipped: spikes must not make the
+    # noise look autocorrelated
+    residuals = np.clip(unclipped, -3 * sd0, 3 * sd0)
+    sd = math.sqrt(_robust_var(unclipped, RESIDUAL_TIES) * n / max(n - len(ends), 1))
     centred = residuals - residuals.mean()
     denominator = float(np.sum(centred**2))
     phi = float(np.sum(centred[1:] * centred[:-1]) / denominator) if denominator > 0 else 0.0
@@ -209,9 +226,30 @@ def estimate_noise(values: Sequence[float], *, min_size: int = 3) -> Noise:
     phi = min(max(phi, 0.0), MAX_PHI)
     # the innovations' sd straight from them: an AR(1) series holds about as many innovations as points, while
     # its marginal sd is worth only n (1 - phi**2) / (1 + phi**2) points, and an error in phi partly cancels
-    innovations = residuals[1:] - phi * residuals[:-1]
+    innovations = unclipped[1:] - phi * unclipped[:-1]
     innovation_sd = math.sqrt(_robust_var(innovations) * n / max(n - len(ends), 1)) if n > 3 else None
-    return Noise(sd, phi, innovation_sd)
+    return Noise(sd, phi, innovation_sd, _skewness(innovations, sd))
+
+
+def _skewness(innovations: np.ndarray, sd: float) -> float:
+    """The sample skewness of ``innovations`` within SKEW_TRIM sds of their median, shrunk toward 0 by SKEW_SHRINK
+    standard errors (0 when it is within them).
+
+    Timings are skewed: most runs are near the fastest and a few are slower by more than the rest are faster. A
+    mean of 6 such points has a long right tail too, and a one-sided tail test calibrated on normal noise alarmed
+    on it 3 to 6 times as often as it should (gamma noise of skewness 1: 3.1 false alarms per 1,000 points)."""
+    d = innovations - np.median(innovations)
+    kept = d[np.abs(d) < SKEW_TRIM * sd] if sd > 0 else d
+    n = len(kept)
+    if n < MIN_POINTS_FOR_ESTIMATE:
+        return 0.0
+    centred = kept - kept.mean()
+    second = float(np.mean(centred**2))
+    if second == 0.0:
+        return 0.0
+    skew = float(np.mean(centred**3)) / second**1.5
+    margin = SKEW_SHRINK * math.sqrt(6 / n)
+    return math.copysign(max(abs(skew) - margin, 0.0), skew)
 
 
 def detect_changes(
@@ -419,8 +457,8 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
     prior = None
     if short and measured:
         prior = ((_given_sd(x, settings.noise_sd, settings.noise_cv) or 0.0) ** 2, settings.noise_runs - 1)
-    z, beta = _shift_fit(cleaned[begin:], tails, noise, trend, studentise=short and (not given or measured),
-                         prior=prior)
+    z, beta, shape = _shift_fit(cleaned[begin:], tails, noise, trend, studentise=short and (not given or measured),
+                                prior=prior)
     z = {"up": z, "down": -z, "both": np.abs(z)}[settings.worse]
     # a change seen in fewer points must be larger: the false alarms saved there pay for a lower threshold at
     # the full tail, where the small steps are found
@@ -428,6 +466,7 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
         (SHORT_PENALTY if short else LATEST_PENALTY) + PHI_PENALTY * noise.phi + SHORT_TAIL * (tail - tails)
         + (BOTH_WAYS if settings.worse == "both" else 0.0)
     )
+    threshold = _skewed(threshold, noise.skew * shape, settings.worse)
     margin = np.where(z > 0, z**2, 0.0) - threshold
     inside = tails <= tail
     if not np.any(margin[inside] >= 0):
@@ -459,10 +498,21 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
                   f"points before the tail, phi from them")
     else:
         source = f"sd {'given' if given else 'estimated'}, phi from the {before_tail} points before the tail"
-    sd = f"noise sd {noise.sd:.3g}, phi {noise.phi:.2f}; " if not (short and (not given or measured)) else ""
+    skew = f", skewness {noise.skew:.2f}" if noise.skew else ""
+    sd = f"noise sd {noise.sd:.3g}, phi {noise.phi:.2f}{skew}; " if not (short and (not given or measured)) else ""
     rule = (f"the last {best} points shifted {way} by z={z[k]:.1f} against {against} {m - best} before them "
             f"(needs {math.sqrt(threshold[k]):.1f}; {sd}{source})")
     return _Candidate(start, start + begin, start + n - best, cleaned, noise, rule, slope / m, before, shift)
+
+
+def _skewed(threshold: np.ndarray, skew: np.ndarray, worse: str) -> np.ndarray:
+    """The z**2 thresholds raised for a shift estimate of skewness ``skew`` (positive: a long tail up), so that
+    its tail beyond them is as rare as a normal one's beyond ``threshold``: the Cornish-Fisher expansion, z + skew
+    (z**2 - 1) / 6. Only raised: a tail shorter than the normal one's keeps the normal threshold, since the
+    skewness is itself an estimate."""
+    towards = {"up": skew, "down": -skew, "both": np.abs(skew)}[worse]
+    z = np.sqrt(threshold)
+    return (z + np.maximum(towards, 0.0) * (z**2 - 1) / 6) ** 2
 
 
 def _short_noise(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int,
@@ -487,9 +537,11 @@ def _shift_z(segment: np.ndarray, tails: np.ndarray, noise: Noise) -> np.ndarray
 
 
 def _shift_fit(segment: np.ndarray, tails: np.ndarray, noise: Noise, trend: bool,
-               studentise: bool = False, prior: tuple[float, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The z of a shift of the last k points of ``segment``, for each k in ``tails``, and the fitted (level at the
-    middle, slope per unit of scaled time, shift) of each: generalised least squares under AR(1) noise, on a flat
+               studentise: bool = False, prior: tuple[float, int] | None = None,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The z of a shift of the last k points of ``segment``, for each k in ``tails``, the fitted (level at the
+    middle, slope per unit of scaled time, shift) of each, and the skewness of each shift's estimate per unit of
+    the innovations' skewness: generalised least squares under AR(1) noise, on a flat
     level or (``trend``) on a straight one. ``studentise``: the sd is not the noise's but that of the residuals
     of each fit, and the z is the normal one of the same p-value as the Student t this gives; with ``prior``
     (a variance and its degrees of freedom, measured elsewhere) the residuals are pooled with it.
@@ -529,6 +581,11 @@ def _shift_fit(segment: np.ndarray, tails: np.ndarray, noise: Noise, trend: bool
     right[:, p] = steps.T @ y
     inverse = np.linalg.inv(normal)
     beta = np.einsum("kij,kj->ki", inverse, right)
+    # the weights of the shift's estimate on the whitened points, for its skewness: their squares sum to
+    # inverse[p, p], and their cubes (a few large ones on the tail, many small ones before it) carry the skewness
+    # of the noise into the estimate
+    weights = np.einsum("ki,mi->km", inverse[:, p, :p], columns) + inverse[:, p, p][:, None] * steps.T
+    shape = np.sum(weights**3, axis=1) / inverse[:, p, p] ** 1.5
     if studentise:
         from scipy import stats
 
@@ -546,7 +603,7 @@ def _shift_fit(segment: np.ndarray, tails: np.ndarray, noise: Noise, trend: bool
         z = beta[:, p] / (noise.innovations * np.sqrt(inverse[:, p, p]))
     if not trend:
         beta = np.column_stack([beta[:, 0], np.zeros(len(tails)), beta[:, 1]])
-    return z, beta
+    return z, beta, shape
 
 
 class _TrendCosts:
@@ -774,9 +831,9 @@ def estimate_trend_noise(values: Sequence[float], *, min_size: int = 3) -> Noise
     n = len(x)
     if n < 4:
         return Noise(0.0, 0.0)
-    sd0 = math.sqrt(_robust_var(np.diff(x)) / 2)
+    sd0 = math.sqrt(_robust_var(np.diff(x), trim=DIFFERENCE_TRIM) / 2)
     if n >= 50:
-        sd0 = max(sd0, math.sqrt(_robust_var(x[5:] - x[:-5]) / 2))
+        sd0 = max(sd0, math.sqrt(_robust_var(x[5:] - x[:-5], trim=DIFFERENCE_TRIM) / 2))
     if sd0 == 0.0:
         return Noise(0.0, 0.0)
     # coarse on long series (it assumes phi = 0.5, variance x3) so that AR(1) wander stays in the residuals for phi
@@ -796,8 +853,10 @@ def estimate_trend_noise(values: Sequence[float], *, min_size: int = 3) -> Noise
             t = np.arange(len(segment), dtype=float)
             residuals.append(segment - np.polyval(np.polyfit(t, segment, 1), t))
             params += 2
-    r = np.clip(np.concatenate(residuals), -3 * sd0, 3 * sd0)  # spikes must not look like autocorrelation
-    sd = math.sqrt(_robust_var(r, RESIDUAL_TIES) * n / max(n - params, 1))
+    unclipped = np.concatenate(residuals)
+    # the sd from the residuals as they are, phi from them clipped (as in estimate_noise)
+    r = np.clip(unclipped, -3 * sd0, 3 * sd0)
+    sd = math.sqrt(_robust_var(unclipped, RESIDUAL_TIES) * n / max(n - params, 1))
     if n < MIN_POINTS_FOR_ESTIMATE:
         return Noise(sd, 0.0)
     centred = r - r.mean()
@@ -861,8 +920,9 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
     phi = estimate.phi if len(x) >= MIN_POINTS_FOR_ESTIMATE else 0.0
     floor = 1e-9 * max(abs(float(np.median(x))), 1e-12)  # an exactly repeatable metric (bytes) has sd 0
     given = _given_sd(x, noise_sd, noise_cv)
+    skew = estimate.skew if len(x) >= MIN_POINTS_FOR_ESTIMATE else 0.0
     if given is not None and noise_runs is None:
-        return Noise(max(given, floor), phi)
+        return Noise(max(given, floor), phi, skew=skew)
     if len(x) < MIN_POINTS_FOR_ESTIMATE:
         return Noise(0.0, 0.0)  # too few points to know the noise: report nothing rather than guess
     n = len(x)
@@ -879,7 +939,7 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
     padding = 1 + LATEST_SD_PADDING / points
     # innovations of 0 (residuals that all tie: a run of equal values before the tail) divided every z by 0: the
     # innovations then follow from the sd, as when they are not estimated
-    return Noise(max(sd * padding, floor), phi, innovations * padding if innovations else None)
+    return Noise(max(sd * padding, floor), phi, innovations * padding if innovations else None, skew)
 
 
 def _given_sd(x: np.ndarray, noise_sd: float | None, noise_cv: float | None) -> float | None:
@@ -946,8 +1006,8 @@ def _drop_spikes(x: np.ndarray, sd: float, min_size: int) -> np.ndarray:
     return np.where(np.abs(x - local) > SPIKE * sd, local, x)
 
 
-def _robust_var(d: np.ndarray, ties: tuple[float, float] = TIES) -> float:
-    """Variance of ``d`` about its median, ignoring points beyond 3 MAD-sds (corrected for the trimming).
+def _robust_var(d: np.ndarray, ties: tuple[float, float] = TIES, trim: float | None = None) -> float:
+    """Variance of ``d`` about its median, ignoring points beyond TRIM MAD-sds (corrected for the trimming).
 
     Quantized values (peak memory in pages, counts, rounded numbers) tie: when between ``ties`` of ``d`` sit
     exactly at its median, the MAD is 0 or far below the spread, and the noise taken from it made every page of
@@ -963,8 +1023,15 @@ def _robust_var(d: np.ndarray, ties: tuple[float, float] = TIES) -> float:
     scale = 1.4826 * float(np.median(size))
     if scale == 0.0:
         return 0.0
-    kept = d[size < 3 * scale]
-    return float(np.mean(kept**2)) / _TRIMMED_VAR_3SD
+    trim = TRIM if trim is None else trim
+    kept = d[size < trim * scale]
+    return float(np.mean(kept**2)) / _trimmed_normal_var(trim)
+
+
+def _trimmed_normal_var(c: float) -> float:
+    """The variance of a standard normal truncated at +-c: what the trimmed variance of normal noise comes out as."""
+    density = math.exp(-c * c / 2) / math.sqrt(2 * math.pi)
+    return 1 - 2 * c * density / math.erf(c / math.sqrt(2))
 
 
 #: the largest magnitude a series may hold: the sums of squares the detector takes overflow past about 1e154
