@@ -54,18 +54,47 @@ class Commit:
                 "pr": self.pr, "parents": list(self.parents)}
 
 
-def git(args: list[str], cwd: Path | str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run git with a fixed locale and no prompts; a failure raises HarnessError unless `check` is False."""
+def git(args: list[str], cwd: Path | str | None = None, check: bool = True,
+        supervised: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run git with a fixed locale and no prompts; a failure raises HarnessError unless `check` is False.
+
+    `supervised`: under the lifeline supervisor (execute/supervisor.py), for the commands that talk to a remote
+    and may run for minutes (clone, fetch): a cancelled or killed run ends git and the transport and pack
+    processes it started. Under subprocess.run a SIGTERM ended git alone, and a SIGKILL of the harness left the
+    whole clone running. The quick local queries are not: the supervisor costs an interpreter's start each."""
     env = dict(os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="echo")
-    try:
-        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT)
-    except FileNotFoundError:
-        raise HarnessError("git was not found on PATH; git-commit targets and bisect need it") from None
-    except subprocess.TimeoutExpired:
-        raise HarnessError(f"git {' '.join(args[:2])} took more than {GIT_TIMEOUT} s") from None
+    if supervised:
+        proc = _supervised_git(args, cwd, env)
+    else:
+        try:
+            proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env,
+                                  timeout=GIT_TIMEOUT)
+        except FileNotFoundError:
+            raise HarnessError("git was not found on PATH; git-commit targets and bisect need it") from None
+        except subprocess.TimeoutExpired:
+            raise HarnessError(f"git {' '.join(args[:2])} took more than {GIT_TIMEOUT} s") from None
     if check and proc.returncode != 0:
         raise HarnessError(f"git {' '.join(args)} failed: {proc.stderr.strip()[-1500:]}")
     return proc
+
+
+def _supervised_git(args: list[str], cwd: Path | str | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """git(..., supervised=True): its output through files, which a supervised command writes to directly."""
+    import tempfile
+
+    from modelci.execute import supervisor
+
+    if shutil.which("git", path=env.get("PATH")) is None:
+        raise HarnessError("git was not found on PATH; git-commit targets and bisect need it")
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        code, _ = supervisor.run(["git", *args], env, out, err, GIT_TIMEOUT,
+                                 cwd=Path(cwd) if cwd is not None else None)
+        if code is None:
+            raise HarnessError(f"git {' '.join(args[:2])} took more than {GIT_TIMEOUT} s; it was ended, with every "
+                               "process it started")
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(["git", *args], code, out.read(), err.read())
 
 
 def normalize_url(url: str) -> tuple[str, Path | None]:
@@ -103,14 +132,15 @@ class GitRepo:
                 self.mirror.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.mirror.with_name(self.mirror.name + f".tmp{os.getpid()}")
                 shutil.rmtree(tmp, ignore_errors=True)
-                proc = git(["clone", "--mirror", "--quiet", self.url, str(tmp)], check=False)
+                proc = git(["clone", "--mirror", "--quiet", self.url, str(tmp)], check=False, supervised=True)
                 if proc.returncode != 0:
                     shutil.rmtree(tmp, ignore_errors=True)
                     raise UserError(f"repository {self.url} cannot be reached: {_git_reason(proc.stderr)}; "
                                     "check the URL or path and your access to it")
                 os.replace(tmp, self.mirror)  # a half-cloned mirror never sits at the final path
             else:
-                proc = git(["fetch", "--prune", "--quiet", "origin"], cwd=self.mirror, check=False)
+                proc = git(["fetch", "--prune", "--quiet", "origin"], cwd=self.mirror, check=False,
+                           supervised=True)
                 if proc.returncode != 0:
                     raise UserError(f"repository {self.url} cannot be reached: {_git_reason(proc.stderr)}; "
                                     "check the URL or path and your access to it")
@@ -147,7 +177,7 @@ class GitRepo:
                 self.sync()
                 if not self.has(sha):  # a detached commit on no branch: fetch it by name
                     with self._lock():
-                        git(["fetch", "--quiet", "origin", sha], cwd=self.mirror, check=False)
+                        git(["fetch", "--quiet", "origin", sha], cwd=self.mirror, check=False, supervised=True)
             return sha
         self.sync()
         proc = git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=self.mirror, check=False)

@@ -6,8 +6,8 @@ child subreaper and takes SIGTERM as its parent-death signal, so whatever the co
 left its group with `setsid` included, ends when the command exits, when the harness stops it (a timeout, a
 cancelled run), and when the harness itself is killed, SIGKILL included. Spawned workloads, discovery and
 compat's loaders run so (execute/local.py), and so do the harness's own long commands: a commit's build
-(builds.py) and uv installing an environment (envs/build.py), whose compilers and sdist builds used to outlive a
-cancelled run. Standard library only, and no numpy: envs imports it.
+(builds.py), uv installing an environment (envs/build.py), whose compilers and sdist builds used to outlive a
+cancelled run, and git's clone and fetch of a remote (gitrepo.py). Standard library only, and no numpy: envs imports it.
 """
 
 from __future__ import annotations
