@@ -263,3 +263,15 @@ def test_a_lock_of_a_pythonpath_run_rebuilds_its_environment_with_the_commit_on_
     assert again.environment.id == first.environment.id and again.environment.paths == first.environment.paths
     assert [r.status for r in again.results] == ["ok"]
     assert list(again.results[0].outputs["y"]) == [0.75, -1.875, 3.0]
+
+
+def test_a_clone_a_killed_run_left_half_done_is_cleared(tmp_path):
+    # a SIGKILL during a clone leaves <mirror>.tmpPID behind; the next clone, under the mirror's lock, clears it
+    repo = FakeRepo(tmp_path / "repo")
+    sha = repo.commit("Initial fakefw")
+    git_repo = GitRepo(str(repo.path), tmp_path / "cache")
+    stale = git_repo.mirror.with_name(git_repo.mirror.name + ".tmp424242")
+    (stale / "objects").mkdir(parents=True)
+    git_repo.sync()
+    assert not stale.exists()
+    assert git_repo.has(sha)

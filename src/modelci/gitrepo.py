@@ -9,6 +9,7 @@ once `<sha>.ok` sits beside it (docs/design.md: "Mark a cache valid only once it
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import re
@@ -130,8 +131,11 @@ class GitRepo:
             if not (self.mirror / "HEAD").exists():
                 shutil.rmtree(self.mirror, ignore_errors=True)
                 self.mirror.parent.mkdir(parents=True, exist_ok=True)
+                # under the mirror's lock no clone of it is under way: a .tmp folder here is what a killed one
+                # left (a SIGKILL cannot clean up), and each would stay in the cache for good
+                for stale in self.mirror.parent.glob(glob.escape(self.mirror.name) + ".tmp*"):
+                    shutil.rmtree(stale, ignore_errors=True)
                 tmp = self.mirror.with_name(self.mirror.name + f".tmp{os.getpid()}")
-                shutil.rmtree(tmp, ignore_errors=True)
                 proc = git(["clone", "--mirror", "--quiet", self.url, str(tmp)], check=False, supervised=True)
                 if proc.returncode != 0:
                     shutil.rmtree(tmp, ignore_errors=True)
