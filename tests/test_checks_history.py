@@ -613,3 +613,20 @@ def test_slow_runs_of_a_skewed_noise_are_no_regression():
     assert change is not None and abs(change.index - 94) <= 1
     # and its rule says what skewness raised the threshold it cleared
     assert re.search(r"needs \d+\.\d; noise sd [0-9.]+, phi [0-9.]+, skewness 0\.\d\d;", change.rule), change.rule
+
+
+def test_the_skewness_of_values_near_the_largest_level_does_not_overflow():
+    # the cubes of deviations of 1e137 overflowed to inf, the skewness came out nan, and so did every threshold:
+    # a change on such a series was never reported
+    import warnings
+
+    from modelci.checks.history import _skewness
+
+    innovations = np.random.default_rng(3).gamma(4.0, 1.0, 200) - 4.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _skewness(innovations * 1e137, 2e137) == pytest.approx(_skewness(innovations, 2.0))
+        values = 1e140 * skewed(100, 0)
+        values[94:] *= 1.10
+        change = detect_latest(values, worse="up")
+    assert change is not None and abs(change.index - 94) <= 1

@@ -244,10 +244,11 @@ def _skewness(innovations: np.ndarray, sd: float) -> float:
     if n < MIN_POINTS_FOR_ESTIMATE:
         return 0.0
     centred = kept - kept.mean()
-    second = float(np.mean(centred**2))
-    if second == 0.0:
+    largest = float(np.max(np.abs(centred)))
+    if largest == 0.0:
         return 0.0
-    skew = float(np.mean(centred**3)) / second**1.5
+    unit = centred / largest  # cubes of values near MAX_LEVEL overflow; the skewness does not depend on the scale
+    skew = float(np.mean(unit**3)) / float(np.mean(unit**2)) ** 1.5
     margin = SKEW_SHRINK * math.sqrt(6 / n)
     return math.copysign(max(abs(skew) - margin, 0.0), skew)
 
