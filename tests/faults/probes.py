@@ -52,6 +52,17 @@ def processes_with(token: str) -> list[int]:
     return found
 
 
+def one_commit_repo(path: Path) -> Path:
+    """A git repository at `path` holding one commit."""
+    path.mkdir()
+    (path / "README").write_text("a framework\n")
+    git = ["git", "-C", str(path), "-c", "user.name=probe", "-c", "user.email=probe@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-qm", "Initial"], check=True)
+    return path
+
+
 def wait_for(condition, timeout: float, what: str, interval: float = 0.05):
     """Poll `condition` until it returns something true, or fail naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -144,6 +155,21 @@ class Project:
         if self.db.exists():
             assert self.stored("PRAGMA integrity_check") == [("ok",)]
         self.assert_no_processes()
+
+    def stop_midway(self, proc: subprocess.Popen, marker: str, processes: int, what: str, signum: int,
+                    code: int, within: float = 120) -> None:
+        """Once the run `proc` has written `marker` and has `processes` live processes, send it `signum`; it must
+        end with `code` (saying so for a SIGTERM) within `within` seconds, and leave nothing behind."""
+        wait_for(lambda: self.marker(marker).exists() or proc.poll() is not None, 120, what)
+        assert proc.poll() is None, proc.communicate()
+        wait_for(lambda: len(processes_with(self.token)) >= processes, 30, f"{what}'s processes")
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=within)
+        assert proc.returncode == code, err
+        if signum == signal.SIGTERM:
+            assert "interrupted (SIGTERM)" in err
+        # SIGKILL included: a supervisor gets its parent-death signal and ends what its command started
+        self.assert_clean(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
 
     def assert_no_processes(self) -> None:
         try:

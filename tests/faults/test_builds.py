@@ -7,13 +7,12 @@ running."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import tarfile
 import textwrap
 
 import pytest
 from fakewheels import build_fake_wheel
-from probes import QUICK, processes_with, wait_for
+from probes import QUICK, one_commit_repo
 
 #: a build that tells the probe it has started, leaves a process in its group and one in a session of its own,
 #: and never ends
@@ -23,14 +22,7 @@ HANGING_BUILD = 'touch "$PROBE_DIR/building"; sleep 1000 & setsid sleep 1001 & s
 @pytest.fixture
 def repo(tmp_path):
     """A repository of one commit; its build is the command given with --build."""
-    path = tmp_path / "repo"
-    path.mkdir()
-    (path / "README").write_text("a framework\n")
-    git = ["git", "-C", str(path), "-c", "user.name=probe", "-c", "user.email=probe@example.invalid"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "README"], check=True)
-    subprocess.run([*git, "commit", "-qm", "Initial"], check=True)
-    return path
+    return one_commit_repo(tmp_path / "repo")
 
 
 def run_args(repo) -> list[str]:
@@ -53,16 +45,7 @@ def test_a_build_past_build_timeout_ends_with_everything_it_started(project, rep
 def test_a_build_ends_with_the_run_that_is_cancelled_or_killed(project, repo, signum, code):
     project.workloads(QUICK)
     proc = project.start(*run_args(repo))
-    wait_for(lambda: project.marker("building").exists() or proc.poll() is not None, 120, "the build")
-    assert proc.poll() is None, proc.communicate()
-    wait_for(lambda: len(processes_with(project.token)) >= 5, 30, "the build's processes")
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == code, err
-    if signum == signal.SIGTERM:
-        assert "interrupted (SIGTERM)" in err
-    # SIGKILL included: the build's supervisor gets its parent-death signal and ends what the build started
-    project.assert_clean(type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode}))
+    project.stop_midway(proc, "building", 5, "the build", signum, code)
 
 
 #: an sdist whose in-tree build backend tells the probe it has started, leaves a process in a session of its own
@@ -95,15 +78,7 @@ def test_an_environment_install_ends_with_the_run_that_is_cancelled_or_killed(pr
             requires = ["slowpkg @ {sdist.as_uri()}"]
     """))
     proc = project.start("run", "--target", str(target), "--suite", "suite", "--json", "report.json")
-    wait_for(lambda: project.marker("installing").exists() or proc.poll() is not None, 120, "the install")
-    assert proc.poll() is None, proc.communicate()
-    wait_for(lambda: len(processes_with(project.token)) >= 5, 30, "the install's processes")
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=60)  # promptly: uv is not waited for
-    assert proc.returncode == code, err
-    if signum == signal.SIGTERM:
-        assert "interrupted (SIGTERM)" in err
-    project.assert_clean(type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode}))
+    project.stop_midway(proc, "installing", 5, "the install", signum, code, within=60)  # uv is not waited for
 
 
 def test_a_build_killed_by_sigkill_says_so_and_that_it_printed_nothing(project, repo):

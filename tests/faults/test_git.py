@@ -8,22 +8,15 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
 
 import pytest
-from probes import QUICK, processes_with, wait_for
+from probes import QUICK, one_commit_repo
 
 
 @pytest.fixture
 def slow_clone(project, tmp_path):
     """A repository of one commit, and a PATH whose `git clone` hangs."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "README").write_text("a framework\n")
-    git = ["git", "-C", str(repo), "-c", "user.name=probe", "-c", "user.email=probe@example.invalid"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "README"], check=True)
-    subprocess.run([*git, "commit", "-qm", "Initial"], check=True)
+    repo = one_commit_repo(tmp_path / "repo")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     real = shutil.which("git")
@@ -39,13 +32,5 @@ def slow_clone(project, tmp_path):
 def test_a_clone_ends_with_the_run_that_is_cancelled_or_killed(project, slow_clone, signum, code):
     project.workloads(QUICK)
     proc = project.start("run", "--repo", str(slow_clone), "--ref", "HEAD", "--suite", "suite")
-    wait_for(lambda: project.marker("cloning").exists() or proc.poll() is not None, 120, "the clone")
-    assert proc.poll() is None, proc.communicate()
     # modelci, the supervisor, the script and its three sleeps
-    wait_for(lambda: len(processes_with(project.token)) >= 6, 30, "the clone's processes")
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == code, err
-    if signum == signal.SIGTERM:
-        assert "interrupted (SIGTERM)" in err
-    project.assert_clean(type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode}))
+    project.stop_midway(proc, "cloning", 6, "the clone", signum, code)
