@@ -3,7 +3,8 @@ through and never replaced, the history database is never written over, two opti
 path is refused, and a write that fails is a message.
 
 Every case here replaced a FIFO, a symlink or /dev/stdout with a regular file, destroyed the stored runs, silently
-dropped a report, or ended in a traceback.
+dropped a report, removed a file that was no report (the config, a workload, a user's notes), or ended in a
+traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from clicalls import digest, usage_error
 from modelci import cli
 
 DB = ".modelci/history.db"
+#: what an earlier run left at an output path: a report of modelci's, which a new run may replace
+OLDER = '{"schema": "modelci.report/1", "kind": "run", "regressed": false, "results": []}\n'
 
 
 def _isolate(monkeypatch, root: Path) -> None:
@@ -133,7 +136,7 @@ def test_reports_through_a_link_to_dev_stdout_go_to_stdout_and_may_share_it(stor
 
 def test_a_symlink_to_a_report_stays_a_link_and_its_target_is_replaced(stored):
     (stored / "reports").mkdir(exist_ok=True)
-    (stored / "reports" / "run.json").write_text("older\n")
+    (stored / "reports" / "run.json").write_text(OLDER)
     (stored / "run.json").symlink_to("reports/run.json")
     (stored / "lock.txt").symlink_to("reports/new.lock")  # dangling: the file it names is created
     assert cli.main(["-q", "run", "--target", "current", "--json", "run.json"]) == 0
@@ -210,13 +213,53 @@ def test_a_history_given_with_db_is_protected_as_well(stored, capsys):
 
 
 def test_two_options_given_one_file_are_refused_before_anything_is_removed(project, capsys):
-    (project / "r.json").write_text("older\n")
+    (project / "r.json").write_text(OLDER)
     said = usage_error(["run", "--target", "current", "--json", "r.json", "--junit", "./r.json"], capsys)
     assert "--json r.json and --junit ./r.json are the same file; give each its own path" in said
-    assert (project / "r.json").read_text() == "older\n"
+    assert (project / "r.json").read_text() == OLDER
     assert not (project / ".modelci").exists()  # refused before the run
     said = usage_error(["compat", "--target", "current", "--json", "m", "--markdown", "m"], capsys)
     assert "--json m and --markdown m are the same file" in said
+
+
+# --- a file that is no report of ours -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, path, says", [
+    (["run", "--target", "current", "-k", "typo", "--json", "modelci.toml"], "modelci.toml",
+     "--json modelci.toml is the config file; give another path"),
+    (["env", "lock", "1", "-o", "modelci.toml"], "modelci.toml", "--output modelci.toml is the config file"),
+    (["run", "--target", "current", "--json", "models/classifier.py"], "models/classifier.py",
+     "--json models/classifier.py: the file there is not a modelci report, and the report would replace it"),
+    (["compare", "current", "nosuch==9", "--markdown", "NOTES.md"], "NOTES.md",
+     "--markdown NOTES.md: the file there is not a modelci report"),
+    (["run", "--target", "current", "--junit", "NOTES.md"], "NOTES.md", "--junit NOTES.md: the file there is not"),
+    (["calibrate", "--target", "current", "--json", "NOTES.md"], "NOTES.md", "--json NOTES.md: the file there"),
+    (["compat", "--target", "numpy==2.1.3", "--markdown", "NOTES.md"], "NOTES.md", "--markdown NOTES.md: the file"),
+])
+def test_a_file_that_is_no_report_is_refused_and_kept(stored, capsys, argv, path, says):
+    """These removed the config file, the suite's only workload and a user's notes, and then failed (a typo in -k,
+    a version that does not install): only a report of an older run is ours to remove."""
+    (stored / "NOTES.md").write_text("notes of a user\n")
+    before = digest(stored / path)
+    runs = len(list((stored / ".modelci").iterdir()))
+    said = usage_error(argv, capsys)
+    assert says in said
+    assert digest(stored / path) == before
+    assert len(list((stored / ".modelci").iterdir())) == runs  # refused before anything ran
+
+
+def test_the_reports_of_every_kind_are_replaced_by_the_next_run(stored):
+    """What run and compare wrote (JSON, JUnit XML with its XML declaration, Markdown) is theirs to replace, as is
+    an empty file (mktemp's, a CI's step summary before anything is written to it)."""
+    (stored / "empty.md").write_text("")
+    for argv in (["run", "--target", "current"], ["compare", "current", "current"]):
+        for _ in range(2):
+            assert cli.main(["-q", *argv, "--json", "r.json", "--junit", "r.xml", "--markdown", "r.md"]) == 0
+    assert json.loads((stored / "r.json").read_text())["kind"] == "compare"
+    assert (stored / "r.md").read_text().startswith("## modelci compare:")
+    assert cli.main(["-q", "run", "--target", "current", "--markdown", "empty.md"]) == 0
+    assert (stored / "empty.md").read_text().startswith("## modelci:")
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -52,6 +52,14 @@ def processes_with(token: str) -> list[int]:
     return found
 
 
+#: what an earlier run leaves at --json, --junit and --markdown: the older reports a new run must not leave behind
+OLDER_REPORTS = {
+    "report.json": '{"schema": "modelci.report/1", "kind": "run", "regressed": false, "results": []}\n',
+    "junit.xml": '<?xml version="1.0" encoding="utf-8"?>\n<testsuites name="modelci" tests="0"></testsuites>\n',
+    "summary.md": "## modelci: ✅ no regression on `older`\n",
+}
+
+
 def one_commit_repo(path: Path) -> Path:
     """A git repository at `path` holding one commit."""
     path.mkdir()

@@ -8,14 +8,14 @@ import time
 import xml.etree.ElementTree as ET
 
 import pytest
-from probes import HANG, QUICK, wait_for
+from probes import HANG, OLDER_REPORTS, QUICK, wait_for
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
 def test_a_cancelled_run_stores_and_reports_what_finished(project, signum, code):
     project.workloads(QUICK + HANG)
-    for name in ("report.json", "junit.xml", "summary.md"):  # what an earlier run left
-        (project.root / name).write_text("an older report")
+    for name, text in OLDER_REPORTS.items():  # what an earlier run left
+        (project.root / name).write_text(text)
     proc = project.start("run", "--target", "current", "--suite", "suite", "--json", "report.json",
                          "--junit", "junit.xml", "--markdown", "summary.md")
     wait_for(lambda: project.marker("hanging").exists() or proc.poll() is not None, 120, "the hanging workload")
@@ -127,8 +127,8 @@ class HangOnB(modelci.Workload):
 def _cancel_compare(project, signum: int):
     """`compare current current --rerun` with every report file (older ones in place), cancelled by `signum` once
     a workload hangs; returns (the finished process's output, the JSON report)."""
-    for name in ("report.json", "junit.xml", "summary.md"):  # what an earlier compare left
-        (project.root / name).write_text("an older report")
+    for name, text in OLDER_REPORTS.items():  # what an earlier compare left
+        (project.root / name).write_text(text)
     proc = project.start("compare", "current", "current", "--rerun", "--suite", "suite", "--json", "report.json",
                          "--junit", "junit.xml", "--markdown", "summary.md")
     wait_for(lambda: project.marker("hanging").exists() or proc.poll() is not None, 120, "the hanging workload")

@@ -64,7 +64,7 @@ def main(args, cfg) -> int:
         raise UserError("give either --repo/--good/--bad or releases (--versions, --package), not both")
     from modelci.report import files
     # a bisect takes minutes; its report path is checked before it
-    files.prepare({"--json": args.json_path}, db=cfg.db)
+    files.prepare({"--json": args.json_path}, db=cfg.db, config=cfg.file)
     out = views.console(stderr=True)
 
     def log(text: str) -> None:

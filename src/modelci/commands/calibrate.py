@@ -25,7 +25,7 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.report import files, json_report
 
-    files.prepare({"--json": args.json_path}, db=cfg.db)
+    files.prepare({"--json": args.json_path}, db=cfg.db, config=cfg.file)
     try:
         outcome = workflow.calibrate(cfg, args.target, args.suite or cfg.suites, args.pattern, runs=args.runs,
                                      progress=views.Progress(quiet=args.quiet, every=cfg.progress_every),

@@ -45,7 +45,7 @@ def main(args, cfg) -> int:
 
     chain = bisect_plan(args, args.target)  # refuses --bisect-on-alarm with --no-alarms, or without a git target
     paths = {"--json": args.json_path, "--markdown": args.markdown_path}
-    files.prepare(paths, db=cfg.db)  # before the check, not after it
+    files.prepare(paths, db=cfg.db, config=cfg.file)  # before the check, not after it
     store = Store.from_config(cfg)
     outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
                            direction=args.direction, store=store,

@@ -229,7 +229,7 @@ def _outputs(paths: dict[str, str | None], cfg, inputs: dict[str, str | None] | 
     or that is the history database or a lock file (`inputs`) the command reads."""
     from modelci.report import files
 
-    files.prepare(paths, remove=False, db=cfg.db, inputs=inputs)
+    files.prepare(paths, remove=False, db=cfg.db, inputs=inputs, config=cfg.file)
 
 
 def _writing(paths: dict[str, str | None]):

@@ -183,7 +183,8 @@ def prepare_report_files(args, cfg) -> None:
     """Check before the run that --json, --junit and --markdown can be written, none is the history database nor
     another's file, and remove older files there (report.files.prepare), shared with `compare`."""
     from modelci.report import files
-    files.prepare(report_paths(args), db=cfg.db, inputs={"--lock": getattr(args, "lock", None)})
+    files.prepare(report_paths(args), db=cfg.db, inputs={"--lock": getattr(args, "lock", None)},
+                  config=cfg.file)
 
 
 def report_paths(args) -> dict[str, str | None]:

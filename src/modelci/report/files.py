@@ -43,26 +43,31 @@ class WriteError(UserError):
 
 
 def prepare(paths: dict[str, str | None], remove: bool = True, *, db: str | None = None,
-            inputs: dict[str, str | None] | None = None) -> None:
+            inputs: dict[str, str | None] | None = None, config: Path | None = None) -> None:
     """Check that each output path (option name -> path, None when not asked for) can be written, and remove what
     a previous run left there; a UserError names the option, the path and the reason. Without `remove` the file
     there stays until the new one replaces it whole (an output that is not a run's report: a lock, a diff).
 
     `db` is the history as configured (`cfg.db`): an output path that is its SQLite file, or one of the files
     SQLite keeps beside it, is refused; so is one that is a file the command reads (`inputs`,
-    option name -> path: `run --lock l.lock --json l.lock` removed the lock before reading it). Every path is
-    checked before any file is removed, so a refusal leaves every file as it was."""
+    option name -> path: `run --lock l.lock --json l.lock` removed the lock before reading it), and the config
+    file (`config`, `cfg.file`), which every command reads. With `remove`, a file there that is not a modelci
+    report is refused too: `run -k typo --json modelci.toml` (or a workload's file, or a user's notes) removed it
+    and then failed, and only a report of an older run is ours to remove. Every path is checked before any file is
+    removed, so a refusal leaves every file as it was."""
     given = {option: path for option, path in paths.items() if path is not None}
     for option, path in given.items():
         if not str(path):
             raise UserError(f"{option} '': give a file path")
     for option, path in given.items():
         _refuse_history(option, path, db)
-        _refuse_input(option, path, inputs or {})
+        _refuse_input(option, path, {**(inputs or {}), "the config": str(config) if config else None})
         problem = _problem(Path(path))
         if problem:
             raise UserError(f"{option} {path}: cannot write the file there, {problem}; give a path in a folder "
                             "you can write")
+        if remove:
+            _refuse_foreign(option, path)
     _refuse_shared(given)
     if not remove:
         return
@@ -207,7 +212,35 @@ def _refuse_input(option: str, path: str, inputs: dict[str, str | None]) -> None
     """Refuse an output path that is a regular file the command reads."""
     for source, read in inputs.items():
         if read and os.path.isfile(read) and _same(Path(path), Path(read)):
-            raise UserError(f"{option} {path} is the file {source} reads; give another path")
+            what = "the config file" if source == "the config" else f"the file {source} reads"
+            raise UserError(f"{option} {path} is {what}; give another path")
+
+
+#: how each report modelci writes begins (the JSON reports, JUnit XML, the Markdown summaries of run, compare,
+#: alarms and compat): a file at an output path that begins otherwise is not ours to remove
+_REPORT_HEAD = re.compile(
+    rb'\A(?:\xef\xbb\xbf)?\s*(?:\{\s*"schema"\s*:\s*"modelci\.report/'
+    rb'|<\?xml[^>]*\?>\s*<testsuites\s+name="modelci"|<testsuites\s+name="modelci"'
+    rb'|## modelci\b|# Compatibility: )')
+
+
+def _refuse_foreign(option: str, path: str) -> None:
+    """Refuse an output path where a regular file is that no modelci command wrote: removing it (as a report of an
+    older run is removed) would lose it. An empty file is taken (`mktemp`, a CI's step-summary file)."""
+    if _descriptor(path) is not None:
+        return
+    real = Path(os.path.realpath(path))
+    try:
+        if not real.is_file() or real.stat().st_size == 0:
+            return
+        with real.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot read the file there ({exc.strerror or exc}) to see whether it is "
+                        "an older report; give another path") from None
+    if not _REPORT_HEAD.match(head):
+        raise UserError(f"{option} {path}: the file there is not a modelci report, and the report would replace "
+                        "it; give another path, or remove that file first if it may go")
 
 
 def _refuse_shared(given: dict[str, str]) -> None:
