@@ -233,6 +233,26 @@ def test_a_history_upgraded_by_a_newer_modelci_is_refused_with_what_to_do(histor
     assert code == 0 and "revision 9999, newer than this modelci's 0004" in out
 
 
+@pytest.mark.parametrize("damage, says", [
+    ("INSERT INTO alembic_version (version_num) VALUES ('0003')",
+     "its schema table alembic_version holds 2 revisions (0003, 0004), where it holds the one revision"),
+    ("UPDATE alembic_version SET version_num = 'zzz; drop'",
+     "is at schema revision 'zzz; drop', which no modelci made (its revisions are four digits"),
+])
+def test_a_schema_table_changed_by_hand_is_a_message_on_every_command(history_db, tmp_path, damage, says):
+    """Two rows in alembic_version (Alembic's "more than one head present") was a traceback on every command; a
+    revision no modelci writes was taken for a newer modelci's, and the advice to upgrade would not help."""
+    Store(history_db, str(tmp_path / "a")).engine.dispose()
+    engine = create_engine(Store(history_db, str(tmp_path / "a")).url)
+    with engine.begin() as connection:
+        connection.execute(text(damage))
+    engine.dispose()
+    for args in (("history",), ("db", "current"), ("db", "upgrade"), ("alarms", "list")):
+        code, out = cli(tmp_path, history_db, *args)
+        assert code == 3 and says in out and "or restore the database from a backup" in out, (args, out)
+        assert "newer modelci" not in out
+
+
 def test_another_applications_database_is_refused_and_left_as_it_was(history_db, tmp_path):
     """A database with tables but no modelci history (a mistyped URL, a database shared with an application):
     neither a run nor `db upgrade` adds modelci's tables beside the application's, on either backend."""

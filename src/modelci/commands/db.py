@@ -22,10 +22,11 @@ def main(args, cfg) -> int:
     upgrade = args.db_action == "upgrade"
     store = Store.from_config(cfg, schema="upgrade" if upgrade else "inspect", create=upgrade)
     state = store.schema
-    if state.foreign:  # `current` gets here (`upgrade` refuses it first): no history, and none will be made
-        from modelci.store import migrate
+    from modelci.store import migrate
 
+    if state.foreign:  # `current` gets here (`upgrade` refuses it first): no history, and none will be made
         migrate.refuse_foreign(state, store.shown)
+    migrate.refuse_damaged(state, store.shown)
     revision = state.revision or ("none (a history from before schema revisions)" if state.has_history else "none")
     if not state.known:  # only `current` gets here: `upgrade` refuses a newer history
         out.print(f"{store.shown}: revision {state.revision}, newer than this modelci's {state.head}")

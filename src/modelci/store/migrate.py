@@ -16,6 +16,7 @@ modelci does not know was upgraded by a newer modelci; it is refused with what t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from sqlalchemy import func, inspect, select, text
 from sqlalchemy.engine import Connection, Engine
 
 import modelci
-from modelci.errors import UserError
+from modelci.errors import HarnessError, UserError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -38,6 +39,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 #: the newest revision in store/migrations/versions (a test checks it is Alembic's head): a history at it is
 #: current, known without importing Alembic, which costs more than a command's own work
 HEAD = "0004"
+#: the form of every revision id modelci writes (0001_baseline.py is revision "0001")
+REVISION = re.compile(r"\d{4}")
 #: the advisory lock key of the schema lock on PostgreSQL (any constant; "modelci" in ASCII)
 PG_LOCK_KEY = 0x6D6F64656C6369
 
@@ -90,6 +93,17 @@ def state(connection: Connection) -> SchemaState:
     from alembic.runtime.migration import MigrationContext
 
     tables = set(inspect(connection).get_table_names())
+    if "alembic_version" in tables:
+        rows = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+        if len(rows) > 1:
+            # Alembic's own error ("more than one head present") reached the user as a traceback on every command
+            shown = ", ".join(sorted(map(str, rows)))
+            raise HarnessError(
+                f"the history {connection.engine.url.render_as_string(hide_password=True)}: its schema table "
+                f"alembic_version holds {len(rows)} revisions ({shown}), where it holds "
+                "the one revision its tables are at; it was changed by hand or by another tool. Keep the row of "
+                "the revision the tables are at (the highest, if an upgrade ran: DELETE FROM alembic_version "
+                "WHERE version_num <> 'THAT ONE'), or restore the database from a backup")
     revision = MigrationContext.configure(connection).get_current_revision() if "alembic_version" in tables else None
     directory = scripts()
     head = directory.get_current_head()
@@ -181,10 +195,21 @@ def upgrade(engine: Engine, url: str) -> SchemaState:
 
 
 def refuse_newer(found: SchemaState, url: str) -> None:
+    refuse_damaged(found, url)
     if not found.known:
         raise UserError(f"the history {url} is at schema revision {found.revision}, which a newer modelci made; "
                         f"this modelci {modelci.__version__} knows revisions up to {found.head}. Upgrade modelci "
                         "on this machine (pip install -U modelci) to use this history")
+
+
+def refuse_damaged(found: SchemaState, url: str) -> None:
+    """Refuse a revision no modelci writes (`db current` too, which shows a newer one and goes on)."""
+    if not found.known and not REVISION.fullmatch(str(found.revision)):
+        # no modelci names a revision so: telling the user to upgrade modelci would not help
+        raise HarnessError(f"the history {url} is at schema revision {found.revision!r}, which no modelci made (its "
+                           "revisions are four digits, this one knows up to "
+                           f"{found.head}); the alembic_version table was changed by hand or by another tool. Put "
+                           "back the revision the tables are at, or restore the database from a backup")
 
 
 def refuse_foreign(found: SchemaState, url: str) -> None:
