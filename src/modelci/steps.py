@@ -284,6 +284,7 @@ def open_store(config: Config) -> Store:
     from modelci.store import Store
 
     store = Store.from_config(config)
+    store.check_writable()
     store.artifacts.check_writable()
     return store
 

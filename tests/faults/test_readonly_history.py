@@ -8,6 +8,7 @@ SQLite in WAL mode makes a shared-memory file beside the database, so even a rea
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +17,16 @@ import pytest
 from clicalls import digest
 
 MODELCI = [sys.executable, "-c", "from modelci.cli import entry; entry()"]
+#: as root, file modes bind only without these capabilities: a command runs under setpriv without them
+UNPRIVILEGED = (["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all"]
+                if os.geteuid() == 0 else [])
 
 
-def modelci(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def modelci(cwd: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")}
     env["MODELCI_CACHE_DIR"] = str(cwd.parent.parent / "cache")
-    return subprocess.run([*MODELCI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run([*prefix, *MODELCI, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +93,26 @@ def test_a_write_to_a_history_opened_where_it_cannot_be_written_names_the_folder
             store.ingest(target=None, environment=None, runner="x", results=[])
     finally:
         store.engine.dispose()  # the mount is taken down after the module
+
+
+def test_a_history_file_that_cannot_be_written_is_refused_before_any_workload_runs(tmp_path):
+    """A read-only history file in a folder that can be written (its mode, not the filesystem's) was found out
+    only at the ingest, after every workload had run: "Nothing of this run is stored". A run and a compare are
+    refused before anything runs now, and the readers still read it."""
+    if UNPRIVILEGED and shutil.which("setpriv") is None:
+        pytest.fail("setpriv (util-linux) drops root's file-mode override here; .ci/run installs it")
+    (tmp_path / "rw").mkdir()
+    assert modelci(tmp_path / "rw", "init", "--dir", "p").returncode == 0
+    project = tmp_path / "rw" / "p"
+    assert modelci(project, "-q", "run", "--target", "current").returncode == 0
+    db = project / ".modelci" / "history.db"
+    db.chmod(0o444)
+    before = digest(db)
+    for argv in (["run", "--target", "current"], ["compare", "current", "current", "--rerun"]):
+        done = modelci(project, *argv, prefix=tuple(UNPRIVILEGED))
+        assert done.returncode == 2, done.stderr
+        assert f"cannot write the history database {db} (Permission denied)" in done.stderr
+        assert "Traceback" not in done.stderr and "models/SoftmaxClassifier" not in done.stdout + done.stderr
+    done = modelci(project, "history", prefix=tuple(UNPRIVILEGED))
+    assert done.returncode == 0 and "models/SoftmaxClassifier" in done.stdout, done.stderr
+    assert digest(db) == before

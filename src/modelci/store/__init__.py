@@ -284,6 +284,22 @@ class Store:
                 connection.execute(select(func.pg_advisory_xact_lock(WRITE_LOCK_KEY)))
             yield session
 
+    def check_writable(self) -> None:
+        """Refuse, before a run, a history it could not store in: one opened read-only, or a SQLite file that this
+        user cannot write (its mode, a read-only mount) in a folder that can be written. The file used to be found
+        read-only only at the ingest, after every workload had run, and the run was lost."""
+        if self.readonly:
+            self.refuse_write()
+        path = sqlite_file(self.url)
+        if path is None or not path.is_file():
+            return
+        try:
+            os.close(os.open(path, os.O_RDWR))  # opened for writing, nothing written: what SQLite will need
+        except OSError as exc:
+            raise UserError(f"cannot write the history database {path} ({exc.strerror or exc}), so a run could not "
+                            "store what it measures; make the file writable, or give a db you can write. "
+                            "`history`, `show`, `alarms` and `report` can read it as it is") from None
+
     def refuse_write(self) -> None:
         """Raise the UserError for a write to a store opened read-only."""
         if make_url(self.url).query.get("immutable") == "1":
