@@ -347,6 +347,13 @@ def test_server_serves_pages_and_refreshes_after_a_new_run(history, cfg, tmp_pat
         assert "fakefw==1.40" in get("")[2]
         assert get("assets/plotly.min.js")[0] == 200
         assert server.server_address[0] == "127.0.0.1"
+        # a path no file can have: a 400, where the server's log got a traceback and the client no answer
+        for path in ("w/%00", "%00.html", "runs/1.html%00"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                get(path)
+            refused.value.close()  # its response, and so its socket
+            assert refused.value.code == 400
+        assert get("index.html")[0] == 200
     finally:
         server.shutdown()
         server.server_close()

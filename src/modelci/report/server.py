@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from functools import partial
+from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
@@ -61,6 +62,15 @@ class _Handler(SimpleHTTPRequestHandler):
             except Exception as exc:  # a broken rebuild must not take the server down; the old pages stay
                 self.server.site.log(f"could not rebuild the site: {exc}")
         super().do_GET()
+
+    def send_head(self):  # noqa: ANN201 (http.server's: a file object or None)
+        """A path no file can have (a NUL byte, `%00`) is a 400: the os calls behind the base class raise on it,
+        which printed a traceback to the server's log and left the client without an answer."""
+        try:
+            return super().send_head()
+        except ValueError:
+            self.send_error(HTTPStatus.BAD_REQUEST, "the path holds a character no file name can")
+            return None
 
     def end_headers(self) -> None:
         """Pages change after each run, so browsers must ask again rather than cache them."""
