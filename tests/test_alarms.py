@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import date, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -365,3 +366,24 @@ def test_a_run_imports_what_its_checks_will_need_beside_the_worker(tmp_path):
     for minor in range(1, 19):
         history.run(f"1.{minor}", [timed("s/w", seed=minor)], alarms=False)
     assert preloaded(history.root) == {"thread": True, "imported": ["ruptures", "scipy.stats"]}
+
+
+def test_an_output_whose_stored_baseline_cannot_be_read_neither_fires_nor_recovers(history):
+    """A baseline array whose artifact rotted is said in the finding and judged as nothing: it used to stop the
+    run before its reports, and an output judged "new" for it would have recovered the alarm open on it."""
+    def with_output(seed: int, value: float) -> Result:
+        result = timed(SLOW, 0.10, seed=seed)
+        result.outputs = {"y": np.array([1.0, value])}
+        return result
+
+    history.run("1.0", [with_output(0, 2.0)])
+    assert events(history.run("1.1", [with_output(1, 3.0)])) == [("open", SLOW, "output:y")]
+    for blob in Path(history.config.artifacts).rglob("*"):
+        if blob.is_file():
+            blob.write_bytes(b"bit rot")
+    outcome = history.run("1.2", [with_output(2, 2.0)])  # back to 1.0's value, but the baseline cannot say so
+    (finding,) = [f for c in outcome.comparisons for f in c.findings if f.metric == "output:y"]
+    assert finding.verdict == "new" and "the baseline's stored array cannot be read (artifact" in finding.message
+    assert events(outcome) == []
+    (alarm,) = lifecycle.list_alarms(history.store)
+    assert (alarm.metric, alarm.recovered) == ("output:y", False)

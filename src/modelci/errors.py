@@ -13,6 +13,11 @@ class HarnessError(UserError):
     exit_code = 3
 
 
+class CorruptArtifact(UserError):
+    """A stored artifact whose bytes no longer match its address, or that is gone. Here rather than in the store,
+    so that the checks, which read a baseline's outputs lazily, can judge around it without importing the store."""
+
+
 class BisectRefused(UserError):
     """A bisect's ends do not bracket a change (the good end is not good, or the bad end is not bad)."""
 

@@ -146,6 +146,32 @@ def test_a_corrupt_blob_heals_when_the_same_content_is_stored_again(project):
     project.assert_clean(done)
 
 
+def test_a_corrupt_blob_of_the_baseline_is_said_in_its_finding_and_the_rest_is_judged(project):
+    """One damaged artifact of a stored run stopped every later run and compare of the workload with its
+    message, after the run was stored and before any report was written: `name in outputs` read the array."""
+    project.workloads(QUICK.replace('return {"y": [self.w, 2.0]}',
+                                    'return {"y": [self.w, 2.0], "z": [__import__("time").time() % 1.0]}'))
+    assert project.run().returncode == 0
+    # z differs on every run: an alarm opens on it, which an output that was not compared must leave open
+    assert project.cli("compare", "current", "current", "--suite", "suite", "--rerun").returncode == 1
+    assert "output:z" in project.cli("alarms", "list").stdout
+    for path in _blobs(project):
+        path.write_bytes(b"bit rot")
+    done = project.cli("compare", "current", "current", "--suite", "suite", "--json", "c.json", "--junit", "c.xml")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    (result,) = project.report("c.json")["results"]
+    findings = {f["metric"]: f for f in result["findings"]}
+    for name in ("output:y", "output:z"):
+        assert findings[name]["verdict"] == "new"
+        assert "stored array cannot be read (artifact" in findings[name]["message"]
+        assert "is corrupt" in findings[name]["message"]
+    assert findings["loss"]["verdict"] == "ok"  # the other checks went on
+    assert (project.root / "c.xml").is_file()
+    assert "recovered" not in done.stdout + done.stderr
+    assert "output:z" in project.cli("alarms", "list").stdout
+
+
 @pytest.mark.parametrize("url, says", [
     ("nosuchproto://bucket/prefix", "Protocol not known"),
     ("{root}/modelci.toml/under-a-file", "Not a directory"),

@@ -104,8 +104,8 @@ def observe(config: Any, store: Any, outcome: Any, found: list[changes.SeriesCha
             observations.append(Observation(runner, result.workload, "status", "status", False, message="status ok"))
         baseline_id = comparison.baseline.id if comparison.baseline is not None else None
         for finding in comparison.findings:
-            if finding.check in ("status", "history"):
-                continue
+            if finding.check in ("status", "history") or "unreadable" in (finding.numbers or {}):
+                continue  # (an output whose stored array cannot be read was not compared: it says nothing)
             if finding.verdict == "regression" and finding.gating:
                 kind = "disappeared" if "metric disappeared" in finding.message else "regression"
                 observations.append(Observation(runner, result.workload, finding.check, finding.metric, True,

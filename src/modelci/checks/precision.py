@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from modelci.checks.policy import Finding, Policy, decided, json_number
+from modelci.errors import CorruptArtifact
 
 #: (rtol, atol) by the byte size of one real component: float16, float32, float64 (and wider)
 _FLOAT_TOLERANCES = {2: (1e-2, 1e-3), 4: (1e-4, 1e-6), 8: (1e-7, 1e-10)}
@@ -253,14 +254,26 @@ def _summary(numbers: dict[str, Any]) -> str:
 def check_outputs(
     current: Mapping[str, Any], baseline: Mapping[str, Any], policy: Callable[[str], Policy]
 ) -> list[Finding]:
-    """One precision finding per output present on either side, in name order."""
-    names = sorted(set(current.keys()) | set(baseline.keys()))
-    return [
-        check_output(
-            name,
-            baseline[name] if name in baseline else None,
-            current[name] if name in current else None,
-            policy(f"output:{name}"),
-        )
-        for name in names
-    ]
+    """One precision finding per output present on either side, in name order. A stored output that cannot be read
+    (its artifact corrupt or gone) is said in its finding, and the other outputs and checks go on: one damaged
+    artifact of a baseline stopped every later run of the workload before its reports were written."""
+    findings = []
+    for name in sorted(set(current.keys()) | set(baseline.keys())):
+        try:
+            findings.append(check_output(name, baseline[name] if name in baseline else None,
+                                         current[name] if name in current else None, policy(f"output:{name}")))
+        except CorruptArtifact as exc:
+            side = "the baseline's" if name in baseline and _unreadable(baseline, name) else "this run's"
+            findings.append(decided(
+                "precision", f"output:{name}", "new", {"unreadable": str(exc)},
+                f"output:{name} not compared", f"{side} stored array cannot be read ({exc})",
+                gating=policy(f"output:{name}").active))
+    return findings
+
+
+def _unreadable(outputs: Mapping[str, Any], name: str) -> bool:
+    try:
+        outputs[name]
+    except CorruptArtifact:
+        return True
+    return False

@@ -208,6 +208,10 @@ class LazyOutputs(Mapping):
             self._cache[name] = self._artifacts.get_array(self._digests[name])
         return self._cache[name]
 
+    def __contains__(self, name: object) -> bool:
+        # Mapping's own reads the array (and raised for a corrupt one where the caller only asked whether it is)
+        return name in self._digests
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._digests)
 

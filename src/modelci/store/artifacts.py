@@ -19,14 +19,10 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from modelci.errors import HarnessError, UserError
+from modelci.errors import CorruptArtifact, HarnessError, UserError
 
 #: the address of the empty blob, which `check_usable` writes to prove the store takes writes
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-
-
-class CorruptArtifact(UserError):
-    """An artifact whose bytes no longer match its address."""
 
 
 class ArtifactWriteError(HarnessError):
