@@ -122,6 +122,22 @@ def test_who_acts_on_an_alarm_is_refused_past_what_the_history_holds(alarmed, ca
     assert [e["event"] for e in lifecycle.get_alarm(alarmed.store, alarm.id).events].count("acknowledged") == 0
 
 
+@pytest.mark.parametrize("who", ["", " ", "a\nb"])
+def test_who_acts_on_an_alarm_must_be_a_name_on_one_line(alarmed, capsys, who):
+    (alarm,) = lifecycle.list_alarms(alarmed.store)
+    said = usage_error(["alarms", "ack", str(alarm.id), "--by", who], capsys)
+    assert f"--by {who!r}: give who acts, a name on one line" in said
+    assert [e["event"] for e in lifecycle.get_alarm(alarmed.store, alarm.id).events].count("acknowledged") == 0
+
+
+def test_a_sqlite_url_in_a_folder_not_made_yet_makes_it_as_a_path_does(project, capsys):
+    """sqlite:///PATH failed with SQLite's "unable to open database file" (exit 3) where PATH made its folder."""
+    db = project / "new" / "folder" / "h.db"
+    assert cli.main(["--db", f"sqlite:///{db}", "-q", "run", "--target", "current", "--suite", "zoo:numpy",
+                     "-k", "LinearRegressionSGD"]) == 0
+    assert db.is_file()
+
+
 def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     (alarm,) = lifecycle.list_alarms(alarmed.store)
     assert cli.main(["alarms", "ack", str(alarm.id), str(alarm.id), "--by", "me"]) == 0
@@ -149,6 +165,13 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
      "option --repeats must be 100000 or less"),
     (["--db", "postgresql+psycopg2://ci@localhost/x", "history"],
      "the PostgreSQL driver psycopg2 that postgresql+psycopg2:// names is not installed"),
+    # "no target" said nothing of the --ref that was given
+    (["run", "--ref", "main"], "--ref main needs --repo: pass --repo PATH"),
+    # "" fell back to ./modelci.toml, silently another config than the one meant
+    (["--config", "", "history"], "--config '': give the config file's path"),
+    # "-k None selects 6"
+    (["bisect", "--versions", "numpy==2.0.2,numpy==2.1.3", "--suite", "zoo:numpy"],
+     "bisect follows one workload, but without -k the suite holds 6: numpy/ElmanRNN"),
 ])
 def test_options_out_of_range_are_refused_by_name(project, capsys, argv, says):
     assert says in usage_error(argv, capsys)

@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         cli_values = {"db": args.db}
         for name in ("runner", "timeout", "repeats"):
             cli_values[name] = getattr(args, name, None)
+        if args.config is not None and not args.config.strip():
+            # "" fell back to ./modelci.toml, another config than the one the user meant to name
+            raise UserError("--config '': give the config file's path, or leave --config out for ./modelci.toml")
         # `init` writes a new project's config: a broken one in the current folder is none of its business
         cfg = None if args.command == "init" else config_module.load(cli=cli_values, config_file=args.config)
         code = modules[args.command].main(args, cfg)

@@ -368,7 +368,8 @@ def _one_workload(ends: dict[str, tuple[dict[str, Result], Any]], pattern: str |
     if len(exact) == 1:
         return exact[0]
     if len(ids) != 1:
-        raise UserError(f"bisect follows one workload, but -k {pattern!r} selects {len(ids)}: "
+        selection = f"-k {pattern!r} selects" if pattern else "without -k the suite holds"
+        raise UserError(f"bisect follows one workload, but {selection} {len(ids)}: "
                         f"{', '.join(ids) or 'none'}; pass -k with one workload id")
     return ids[0]
 

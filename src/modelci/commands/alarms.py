@@ -42,6 +42,9 @@ WHO_MAX = 200
 
 def _who(args) -> str:
     """Who acts on an alarm: --by, MODELCI_USER or the login name; a UserError past what the history holds."""
+    if args.by is not None and (not args.by.strip() or not args.by.isprintable()):
+        raise UserError(f"--by {args.by!r}: give who acts, a name on one line (or leave --by out for "
+                        "$MODELCI_USER, else the login name)")
     who = args.by or os.environ.get("MODELCI_USER") or getpass.getuser()
     if len(who) > WHO_MAX:
         source = "--by" if args.by else "MODELCI_USER" if os.environ.get("MODELCI_USER") else "the login name"

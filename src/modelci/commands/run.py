@@ -48,6 +48,8 @@ def target_spec(args) -> str | None:
         return targets.git_spec(args.repo, args.ref or "HEAD", args.build)
     if not args.target and getattr(args, "lock", None):
         return None  # the lock names its target
+    if not args.target and args.ref:
+        raise UserError(f"--ref {args.ref} needs --repo: pass --repo PATH (the git checkout the ref is in)")
     if not args.target:
         raise UserError("no target: pass --target SPEC (numpy==2.0.0, a .whl, git+URL@REF, current) "
                         "or --repo PATH --ref REF")

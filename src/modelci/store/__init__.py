@@ -106,11 +106,14 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
             return value
         if not create and not url.database.startswith("file:"):
             _must_exist(Path(url.database).expanduser().resolve())
-        if not readonly or url.query.get("mode") == "ro":
+        if not readonly and url.drivername == "sqlite" and not url.query and not url.database.startswith("file:"):
+            value = url.database  # sqlite:///PATH is PATH: its folder is made (or refused) below, as a path's is
+        elif not readonly or url.query.get("mode") == "ro":
             return value
-        if url.database.startswith("file:"):  # already a SQLite URI: it only lacks the mode
+        elif url.database.startswith("file:"):  # already a SQLite URI: it only lacks the mode
             return url.update_query_dict({"mode": "ro", "uri": "true"}).render_as_string(False)
-        value = url.database  # a plain file: opened read-only below, as a path is
+        else:
+            value = url.database  # a plain file: opened read-only below, as a path is
     path = Path(value).expanduser().resolve()
     if readonly:
         if not path.is_file():
