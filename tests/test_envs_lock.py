@@ -108,6 +108,14 @@ def test_target_must_be_what_the_lock_holds(wheel_env, tmp_path):
         ("# schema: 7\nfakefw==1.0\n", "has lock schema 7; this modelci reads schema 1"),
         ("# schema: 1\nfakefw>=1.0\n", "line 2: 'fakefw>=1.0' is not an exact pin"),
         ('# schema: 1\n# requested: [oops\nfakefw==1.0\n', "not valid JSON"),
+        # a hand-edited lock: the later pin silently won in `env diff`, a rebuild blamed a rebuilt wheel
+        ("# schema: 1\nnumpy==2.0.2\nfakefw==1.0\nNumPy==2.1.3\n",
+         "line 4: numpy is pinned again (2.0.2 at line 2, 2.1.3 here); a lock pins each distribution once"),
+        ('# schema: 1\n# requested: {"a": 1}\nfakefw==1.0\n', "must be a JSON list of requirement strings"),
+        ('# schema: 1\n# wheel: [1]\nfakefw==1.0\n', "each `# wheel:` line must be a JSON object"),
+        # `env diff` said "A and B are the same environment (../../etc)"
+        ("# schema: 1\n# environment: ../../etc\nfakefw==1.0\n", "`# environment: ../../etc` is no environment id"),
+        ("# schema: 1\n# files: numpy\nnumpy==2.0.2\n", "`# files: numpy` must name a distribution and the digest"),
     ],
 )
 def test_bad_lock_files_are_user_errors_naming_the_file(tmp_path, text, message):

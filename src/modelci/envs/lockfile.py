@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,10 +151,17 @@ def read(path: str | Path) -> Lock:
     return lock
 
 
+#: what an environment id in a lock's header may be (ids are 16 hex digits; hand-made locks name their own), and
+#: a `# files:` digest
+_ENVIRONMENT_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,63}")
+_DIGEST = re.compile(r"[0-9a-f]{16,64}")
+
+
 def parse(text: str, where: str = "lock") -> Lock:
     """Parse a lock file's text (see `read`)."""
     header: dict[str, list[str]] = {}
     pins: dict[str, str] = {}
+    lines: dict[str, int] = {}  # name -> the line that pinned it
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line:
@@ -167,7 +175,12 @@ def parse(text: str, where: str = "lock") -> Lock:
         if pin is None or any(c in pin[1] for c in "<>=!~,; "):
             raise UserError(f"{where}, line {number}: {line!r} is not an exact pin `name==version`; "
                             "a lock holds only pins (write one with `modelci env lock`)")
-        pins[pin[0]] = pin[1]
+        if pin[0] in pins:
+            # the later pin silently won in `env diff`, and a rebuild blamed "a rebuilt wheel with the same version"
+            raise UserError(f"{where}, line {number}: {pin[0]} is pinned again ({pins[pin[0]]} at line "
+                            f"{lines[pin[0]]}, {pin[1]} here); a lock pins each distribution once (write one with "
+                            "`modelci env lock`)")
+        pins[pin[0]], lines[pin[0]] = pin[1], number
     schema = (header.get("schema") or [""])[0]
     if not schema:
         raise UserError(f"{where} is not a modelci lock file (it has no `# schema:` line); "
@@ -181,9 +194,21 @@ def parse(text: str, where: str = "lock") -> Lock:
         wheels = [json.loads(value) for value in header.get("wheel", [])]
     except ValueError as exc:
         raise UserError(f"{where}: a `# requested:` or `# wheel:` header line is not valid JSON ({exc})") from None
+    if not isinstance(requested, list) or not all(isinstance(r, str) for r in requested):
+        raise UserError(f"{where}: the `# requested:` line must be a JSON list of requirement strings, not "
+                        f"{json.dumps(requested)[:80]}")
+    if not all(isinstance(w, dict) for w in wheels):
+        raise UserError(f"{where}: each `# wheel:` line must be a JSON object (the wheel's path and sha256)")
+    environment = (header.get("environment") or [""])[0]
+    if environment and not _ENVIRONMENT_ID.fullmatch(environment):
+        raise UserError(f"{where}: `# environment: {environment[:80]}` is no environment id (letters, digits, '.', "
+                        "'_' and '-'; `modelci env lock` writes 16 hex digits)")
     digests = {}
     for value in header.get("files", []):
         name, _, digest = value.partition(" ")
+        if not _DIGEST.fullmatch(digest.strip()):
+            raise UserError(f"{where}: `# files: {value[:80]}` must name a distribution and the digest of its files "
+                            "(hex digits), as `modelci env lock` writes it")
         digests[canonicalize_name(name)] = digest.strip()
     return Lock(pins=pins, implementation=implementation, python=python.strip(),
                 platform=(header.get("platform") or [""])[0], environment=(header.get("environment") or [""])[0],
