@@ -169,6 +169,18 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     (["run", "--ref", "main"], "--ref main needs --repo: pass --repo PATH"),
     # "" fell back to ./modelci.toml, silently another config than the one meant
     (["--config", "", "history"], "--config '': give the config file's path"),
+    # a run stored in memory was gone when the command ended
+    (["--db", "sqlite://", "run", "--target", "current", "--suite", "zoo:numpy"], "is an in-memory database"),
+    (["--db", "sqlite:///:memory:", "db", "current"], "is an in-memory database, gone when the command ends"),
+    # ?mode=ro without uri=true was ignored by the driver (with a warning): the history opened for writing
+    (["--db", "sqlite:///h.db?mode=ro", "history"],
+     "SQLite takes mode only in a URI; write sqlite:///file:PATH?mode=ro&uri=true"),
+    # "disk I/O error" (exit 3) to a run, "there is no history database" to a reader
+    (["--db", "/dev/null", "run", "--target", "current", "--suite", "zoo:numpy"],
+     "the history database /dev/null is not a regular file (a device or a pipe)"),
+    (["--db", "/dev/null", "show"], "the history database /dev/null is not a regular file"),
+    # "/dev/null is a folder but neither ..."
+    (["env", "diff", "/dev/null", "latest"], "/dev/null is neither a lock file nor a folder"),
     # "-k None selects 6"
     (["bisect", "--versions", "numpy==2.0.2,numpy==2.1.3", "--suite", "zoo:numpy"],
      "bisect follows one workload, but without -k the suite holds 6: numpy/ElmanRNN"),

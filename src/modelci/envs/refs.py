@@ -92,6 +92,9 @@ def from_run(store: Any, run_id: str | int) -> EnvRecord:
 
 
 def _from_path(path: Path) -> EnvRecord:
+    if not path.is_file() and not path.is_dir():  # /dev/null, a pipe: was "is a folder but neither ..."
+        raise UserError(f"{path} is neither a lock file nor a folder; pass a run id, an environment id or a lock "
+                        "file")
     if path.is_file():
         lock = lockfile.read(path)
         return EnvRecord(f"lock {path}", lock.environment or lock.id(), lock.body(), _lock_facts(lock))

@@ -77,6 +77,11 @@ _SQLITE_FULL = "database or disk is full"
 _PG_FULL = ("53100", "53200", "53400")
 
 
+#: the query arguments the pysqlite driver takes itself; the others are SQLite URI parameters (mode, immutable,
+#: cache, ...), which it takes only with uri=true
+_PYSQLITE_ARGUMENTS = {"timeout", "isolation_level", "detect_types", "check_same_thread", "cached_statements", "uri"}
+
+
 def database_url(value: str, readonly: bool = False, create: bool = True) -> str:
     """A SQLAlchemy URL from a URL or a file path (a path means SQLite); `readonly` opens a SQLite file read-only
     (SQLite's `mode=ro`), which refuses every write, as a history on a read-only share needs. Without `create` a
@@ -102,8 +107,18 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
             raise UserError(f"db = {url.render_as_string()!r}: port {url.port} is no TCP port (1-65535)")
         if url.drivername in ("postgresql", "postgres"):
             return url.set(drivername="postgresql+psycopg").render_as_string(False)
-        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        if url.get_backend_name() == "sqlite" and (not url.database or url.database == ":memory:"):
+            # a run stored there was gone when the command ended, and a reader found an empty history
+            raise UserError(f"db = {value!r} is an in-memory database, gone when the command ends; give a SQLite "
+                            "file path or a postgresql:// URL")
+        if url.get_backend_name() != "sqlite":
             return value
+        uri_only = sorted(set(url.query) - _PYSQLITE_ARGUMENTS)
+        if uri_only and url.query.get("uri") != "true":
+            # the driver ignored them with a warning: ?mode=ro opened the history for writing
+            raise UserError(f"db = {value!r}: SQLite takes {', '.join(uri_only)} only in a URI; write "
+                            "sqlite:///file:PATH?" + "&".join(f"{k}={url.query[k]}" for k in uri_only)
+                            + "&uri=true, or leave them out")
         if not create and not url.database.startswith("file:"):
             _must_exist(Path(url.database).expanduser().resolve())
         if not readonly and url.drivername == "sqlite" and not url.query and not url.database.startswith("file:"):
@@ -115,6 +130,10 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
         else:
             value = url.database  # a plain file: opened read-only below, as a path is
     path = Path(value).expanduser().resolve()
+    if path.exists() and not path.is_file() and not path.is_dir():
+        # /dev/null was "disk I/O error" (exit 3) to a run and "there is no history database" to a reader
+        raise UserError(f"the history database {path} is not a regular file (a device or a pipe); give a file path "
+                        "(db in modelci.toml, MODELCI_DB or --db)")
     if readonly:
         if not path.is_file():
             raise UserError(f"there is no history database {path} to read; give the file that `modelci run` "
