@@ -375,6 +375,20 @@ def test_a_second_generation_keeps_the_run_pages_whose_data_did_not_change(histo
     assert generate_site(history, site, full=True).kept_pages == 0
 
 
+def test_a_site_written_over_another_historys_keeps_none_of_its_pages(history, store, cfg, tmp_path):
+    """`report --out DIR` over the report of a larger history left that history's run and workload pages in DIR,
+    readable as this one's from a bookmark; the site's own other files (and a user's) are left alone."""
+    site = tmp_path / "site"
+    generate_site(history, site)
+    assert (site / "runs" / f"{len(VERSIONS)}.html").is_file() and (site / "w" / "suite_Flat.html").is_file()
+    (site / "runs" / "notes.txt").write_text("not a page")
+    ingest(store, cfg, "9.0", [make_result("suite/Other", 0)])  # another history: one run of one workload
+    generate_site(store, site)
+    assert sorted(p.name for p in (site / "runs").iterdir()) == ["1.html", "notes.txt"]
+    assert sorted(p.name for p in (site / "w").iterdir()) == ["suite_Other.html"]
+    assert "suite/Other" in (site / "index.html").read_text()
+
+
 def test_compat_page_shows_the_latest_stored_outcome_of_each_pair(history, tmp_path):
     compat_schema = pytest.importorskip("modelci.store.compat_schema")
     compat_schema.ensure_tables(history.engine)

@@ -210,9 +210,30 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
         (out / "bisects").mkdir(exist_ok=True)
     for filename, table in bisect_pages:
         pages.write(filename, "table.html", title=table["title"], table=_table(table, table["title"]))
+    _prune(out, {"runs": {f"{run_id}.html" for run_id in history.runs},
+                 "w": {f"{slug}.html" for slug in slugs.values()},
+                 "bisects": {Path(filename).name for filename, _ in bisect_pages},
+                 ".": {"index.html", *(filename for filename, _, _ in extras)}})
     report.seconds = time.perf_counter() - started
     report.cpu_seconds = time.process_time() - cpu + report.child_cpu_seconds
     return report
+
+
+#: the pages of the site's top folder that a generation writes when there is something to show
+_OPTIONAL_TOP_PAGES = ("compat.html", "bisect.html")
+
+
+def _prune(out: Path, keep: dict[str, set[str]]) -> None:
+    """Remove the pages an earlier generation in `out` wrote that this one did not: a report of another history
+    (or of this one before `env gc` or a new database) left its runs, workloads and bisects there, readable as
+    this history's from a bookmark or a search. Only the site's own folders and .html pages are touched."""
+    for folder, names in keep.items():
+        where = out / folder
+        candidates = [where / name for name in _OPTIONAL_TOP_PAGES] if folder == "." else \
+            (where.glob("*.html") if where.is_dir() else [])
+        for page in candidates:
+            if page.name not in names and page.is_file() and not page.is_symlink():
+                page.unlink(missing_ok=True)
 
 
 def _write_run_pages(store: Any, history: History, slugs: dict[str, str], pages: _Pages, full: bool) -> dict:
