@@ -181,6 +181,8 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     (["--db", "/dev/null", "show"], "the history database /dev/null is not a regular file"),
     # "/dev/null is a folder but neither ..."
     (["env", "diff", "/dev/null", "latest"], "/dev/null is neither a lock file nor a folder"),
+    # --last was silently ignored
+    (["history", "numpy/MLPClassifier", "--all", "--last", "3"], "--all and --last 3: give one"),
     # "-k None selects 6"
     (["bisect", "--versions", "numpy==2.0.2,numpy==2.1.3", "--suite", "zoo:numpy"],
      "bisect follows one workload, but without -k the suite holds 6: numpy/ElmanRNN"),
