@@ -253,6 +253,29 @@ def test_a_schema_table_changed_by_hand_is_a_message_on_every_command(history_db
         assert "newer modelci" not in out
 
 
+@pytest.mark.parametrize("loss", ["DELETE FROM alembic_version", "DROP TABLE alembic_version"])
+def test_a_history_whose_revision_was_lost_is_adopted_by_db_upgrade(history_db, tmp_path, loss):
+    """`db current` said to run `db upgrade`, which then failed: "index ix_runs_runner_started already exists"."""
+    suite = tmp_path / "tiny"
+    suite.mkdir()
+    (suite / "models.py").write_text(SUITE.split("class Broken")[0])
+    code, _, err = finish(modelci(tmp_path, history_db, "run", "--target", "current", "--suite", str(suite),
+                                  "--runner", "r"))
+    assert code == 0, err
+    engine = create_engine(Store(history_db, str(tmp_path / "a")).url)
+    with engine.begin() as connection:
+        connection.execute(text(loss))
+    code, out = cli(tmp_path, history_db, "db", "current")
+    assert code == 0 and "`modelci db upgrade` applies them" in out
+    code, out = cli(tmp_path, history_db, "db", "upgrade")
+    assert code == 0, out
+    code, out = cli(tmp_path, history_db, "db", "current")
+    assert code == 0 and "up to date" in out
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT runner FROM runs")).scalars().all() == ["r"]
+    engine.dispose()
+
+
 def test_another_applications_database_is_refused_and_left_as_it_was(history_db, tmp_path):
     """A database with tables but no modelci history (a mistyped URL, a database shared with an application):
     neither a run nor `db upgrade` adds modelci's tables beside the application's, on either backend."""

@@ -6,6 +6,7 @@ Revises: 0001
 Create Date: 2026-12-03
 """
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
@@ -17,6 +18,10 @@ additive = True
 
 
 def upgrade() -> None:
+    # only what is missing, as the other revisions: a history whose alembic_version was lost (emptied or dropped
+    # by hand) is upgraded from nothing, and this index refused that upgrade ("already exists")
+    if "ix_runs_runner_started" in {index["name"] for index in sa.inspect(op.get_bind()).get_indexes("runs")}:
+        return
     op.create_index("ix_runs_runner_started", "runs", ["runner", "started_at"], unique=False)
 
 
