@@ -111,7 +111,7 @@ def test_a_history_file_that_cannot_be_written_is_refused_before_any_workload_ru
     for argv in (["run", "--target", "current"], ["compare", "current", "current", "--rerun"]):
         done = modelci(project, *argv, prefix=tuple(UNPRIVILEGED))
         assert done.returncode == 2, done.stderr
-        assert f"cannot write the history database {db} (Permission denied)" in done.stderr
+        assert f"cannot write the history database {db} (permission denied" in done.stderr
         assert "Traceback" not in done.stderr and "models/SoftmaxClassifier" not in done.stdout + done.stderr
     done = modelci(project, "history", prefix=tuple(UNPRIVILEGED))
     assert done.returncode == 0 and "models/SoftmaxClassifier" in done.stdout, done.stderr

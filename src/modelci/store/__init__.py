@@ -319,12 +319,12 @@ class Store:
         path = sqlite_file(self.url)
         if path is None or not path.is_file():
             return
-        try:
-            os.close(os.open(path, os.O_RDWR))  # opened for writing, nothing written: what SQLite will need
-        except OSError as exc:
-            raise UserError(f"cannot write the history database {path} ({exc.strerror or exc}), so a run could not "
-                            "store what it measures; make the file writable, or give a db you can write. "
-                            "`history`, `show`, `alarms` and `report` can read it as it is") from None
+        # access(2), not an open and a close of the file: closing any descriptor of a SQLite file drops every POSIX
+        # lock this process holds on it, and a connection's locks gone that way corrupted a history under load
+        if not os.access(path, os.W_OK):
+            raise UserError(f"cannot write the history database {path} (permission denied, or a read-only "
+                            "filesystem), so a run could not store what it measures; make the file writable, or "
+                            "give a db you can write. `history`, `show`, `alarms` and `report` can read it as it is")
 
     def refuse_write(self) -> None:
         """Raise the UserError for a write to a store opened read-only."""
