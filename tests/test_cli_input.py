@@ -181,6 +181,8 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     (["--db", "/dev/null", "show"], "the history database /dev/null is not a regular file"),
     # "/dev/null is a folder but neither ..."
     (["env", "diff", "/dev/null", "latest"], "/dev/null is neither a lock file nor a folder"),
+    # argparse drops a value of '--': "option --runner must be a string, got []"
+    (["run", "--runner=--", "--target", "current"], "--runner=--: '--' cannot be a value (it ends the options)"),
     # --last was silently ignored
     (["history", "numpy/MLPClassifier", "--all", "--last", "3"], "--all and --last 3: give one"),
     # "-k None selects 6"

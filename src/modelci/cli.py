@@ -39,6 +39,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     return parser, modules
 
 
+def _check_no_lost_values(argv: list[str]) -> None:
+    """argparse drops the value of `--runner=--` (it takes `--` for the end of the options) and leaves [] in place
+    of the string, which later read as "option --runner must be a string, got []"; say what happened instead."""
+    from modelci.errors import UserError
+
+    for arg in argv:
+        if arg.startswith("-") and arg.endswith("=--"):
+            raise UserError(f"{arg}: '--' cannot be a value (it ends the options); give the value itself")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `modelci` command."""
     argv = sys.argv[1:] if argv is None else argv
@@ -55,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     cancel.install()
     try:
         _check_utf8(argv)
+        _check_no_lost_values(argv)
         cli_values = {"db": args.db}
         for name in ("runner", "timeout", "repeats"):
             cli_values[name] = getattr(args, name, None)
