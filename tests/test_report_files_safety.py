@@ -249,6 +249,15 @@ def test_a_file_that_is_no_report_is_refused_and_kept(stored, capsys, argv, path
     assert len(list((stored / ".modelci").iterdir())) == runs  # refused before anything ran
 
 
+def test_compats_own_json_report_is_taken_as_a_report(project):
+    """compat's JSON has a schema of its own (modelci.compat/1): its second run refused its first one's report."""
+    from modelci.report import compat_report, files
+
+    (project / "c.json").write_text(json.dumps({"schema": compat_report.SCHEMA, "kind": "compat"}, indent=2))
+    files.prepare({"--json": "c.json"})
+    assert not (project / "c.json").exists()
+
+
 def test_the_reports_of_every_kind_are_replaced_by_the_next_run(stored):
     """What run and compare wrote (JSON, JUnit XML with its XML declaration, Markdown) is theirs to replace, as is
     an empty file (mktemp's, a CI's step summary before anything is written to it)."""
