@@ -110,6 +110,23 @@ class Complete(modelci.Workload):
     assert [w["id"] for w in found["workloads"]] == ["s/Scaled"]
 
 
+def test_what_is_no_regular_file_is_neither_a_workload_nor_a_helper(tmp_path):
+    """An editor's lock file (`.#models.py`, a symlink to nowhere), a symlink loop, a folder and a FIFO named like
+    workload files or helpers ended discovery with a traceback (exit 3); the FIFO hung it."""
+    folder = write_suite(tmp_path / "s", 2.0)
+    (folder / ".#models.py").symlink_to("root@host.1:1")
+    (folder / "loop.py").symlink_to("loop.py")
+    (folder / "dir.py").mkdir()
+    os.mkfifo(folder / "fifo.py")
+    (folder / "_broken.py").symlink_to("nowhere.py")
+    (folder / ".hidden.py").write_text("raise SystemExit('a hidden file is no workload')\n")
+    assert suite_files(folder) == [folder / "models.py"]
+    code_hash(folder / "models.py")  # the helpers it reads are regular files only
+    found = local.discover(Path(sys.executable), {"s": folder}, tmp_path / "scratch")
+    assert found["errors"] == []
+    assert [w["id"] for w in found["workloads"]] == ["s/Scaled"]
+
+
 @pytest.mark.parametrize("mode", ["fork", "spawn"])
 def test_two_suites_each_import_their_own_helper_in_discovery_and_execution(tmp_path, mode):
     suites = {"a": write_suite(tmp_path / "a", 2.0), "b": write_suite(tmp_path / "b", 3.0)}

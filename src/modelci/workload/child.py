@@ -50,8 +50,9 @@ SUITE_MODULE = "modelci_suite_"
 
 
 def suite_files(folder: Path) -> list[Path]:
-    """The workload files of a suite folder: every `*.py` not starting with `_`, in name order."""
-    return sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+    """The workload files of a suite folder: every `*.py` not starting with `_`, in name order (regular files only,
+    see `_sources`)."""
+    return _sources(folder, "*.py", helper=False)
 
 
 def helper_files(folder: Path) -> list[Path]:
@@ -59,7 +60,15 @@ def helper_files(folder: Path) -> list[Path]:
 
     Suite files import them by name (`import _common`); they are never searched for workloads.
     """
-    return sorted(folder.glob("_*.py"))
+    return _sources(folder, "_*.py", helper=True)
+
+
+def _sources(folder: Path, pattern: str, helper: bool) -> list[Path]:
+    """The regular files of `folder` matching `pattern`, hidden ones left out: an editor's lock file (`.#w.py`, a
+    symlink to nowhere), a symlink loop, a folder or a FIFO named `*.py` ended the whole run's discovery with a
+    traceback (a FIFO hung it)."""
+    return sorted(p for p in folder.glob(pattern)
+                  if not p.name.startswith(".") and p.name.startswith("_") == helper and p.is_file())
 
 
 def code_hash(path: Path) -> str:
