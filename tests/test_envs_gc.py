@@ -82,3 +82,35 @@ def test_gc_needs_a_rule(tmp_path):
     with pytest.raises(UserError, match="at least 0"):
         gc(tmp_path, keep=-1)
     assert gc(tmp_path / "no-cache-yet", keep=3).removed == []
+
+
+def test_an_environment_a_running_modelci_uses_is_skipped(three_envs, tmp_path):
+    """`env gc` during a run removed the environment its workloads ran from: the next workload lost its python,
+    the run ended in a traceback and stored nothing. A process that was handed the environment holds it."""
+    import subprocess
+    import sys
+
+    cache, specs = three_envs
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, pathlib\n"
+        "from modelci.envs import EnvSpec, IndexConfig, ensure\n"
+        f"index = IndexConfig(no_index=True, find_links={specs['a'].index.find_links!r})\n"
+        "spec = EnvSpec(['pkg-a==1.0'], index=index)\n"
+        f"ensure(spec, pathlib.Path({str(cache)!r}), log=lambda line: None)\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(120)\n")])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and holder.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the holder did not get its environment"
+        logs: list[str] = []
+        report = gc(cache, keep=0, log=logs.append)
+        assert names(report.busy) == {specs["a"].id()}
+        assert f"skipping environment {specs['a'].id()}: a running modelci uses it" in logs
+        assert (cache / "envs" / specs["a"].id() / "bin" / "python").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert names(gc(cache, keep=0, log=lambda line: None).removed) == {specs["a"].id()}  # once it has ended

@@ -11,6 +11,10 @@ import fcntl
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
+
+#: the files this process holds a shared lock on until it ends (hold_shared), by path
+_held: dict[str, IO[str]] = {}
 
 
 @contextmanager
@@ -35,3 +39,22 @@ def exclusive(path: Path, *, waiting: str = "", log: Callable[[str], object] | N
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def hold_shared(path: Path) -> None:
+    """Hold a shared lock on the file `path` (created if absent) until this process ends: "in use", which a
+    process that wants it exclusively (env gc) sees as busy. Waits while another holds it exclusively (a gc
+    removing the thing: a moment). The descriptor is not passed to the processes this one starts."""
+    key = str(path)
+    if key in _held:
+        return
+    handle = open(path, "a")  # noqa: SIM115 (held until the process ends)
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    _held[key] = handle
+
+
+def release_shared(path: Path) -> None:
+    """Let go of what `hold_shared` holds on `path` in this process (nothing when it holds nothing)."""
+    handle = _held.pop(str(path), None)
+    if handle is not None:
+        handle.close()

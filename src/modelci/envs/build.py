@@ -42,6 +42,8 @@ LOCK_FILE = "modelci-lock.txt"
 FINGERPRINT_FILE = "modelci-fingerprint.json"
 #: touched each time a cached environment is handed out, so `gc` knows what is in use
 LAST_USED_FILE = "modelci-last-used"
+#: beside `<id>/`: the file every process that uses the environment holds a shared lock on (`env gc` skips it)
+IN_USE_SUFFIX = ".use"
 
 _ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz")
 
@@ -132,6 +134,9 @@ def ensure(spec: EnvSpec, cache_dir: Path, *, log: Callable[[str], object] = pri
     envs_dir = cache_dir / "envs"
     envs_dir.mkdir(parents=True, exist_ok=True)
     path = envs_dir / spec_id
+    # in use from here until this process ends: `env gc` skips it. A run's workloads started from this
+    # environment lost their python to a gc, and the run ended in a traceback with nothing stored
+    locks.hold_shared(envs_dir / f"{spec_id}{IN_USE_SUFFIX}")
     with _build_lock(envs_dir / f"{spec_id}.lock", log):
         env = _load(path, spec, spec_json, environ)
         if env is not None:

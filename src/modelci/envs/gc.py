@@ -1,6 +1,7 @@
 """`modelci env gc`: remove cached environments that are old or beyond the N most recently used.
 
-An environment is removed under its build lock, so one being built is skipped, and it is first renamed out of
+An environment is removed under its build lock, so one being built is skipped, and only when no running modelci
+holds it in use (`ensure` takes a shared lock on `<id>.use` until its process ends); it is first renamed out of
 place, so no process ever sees a half-deleted environment that still looks valid: `ensure` finds no folder
 and builds it again. Half-built folders (no spec file) from killed builds are always removed.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelci import locks
-from modelci.envs.build import LAST_USED_FILE, SPEC_FILE
+from modelci.envs.build import IN_USE_SUFFIX, LAST_USED_FILE, SPEC_FILE
 from modelci.errors import UserError
 
 _TRASH = ".trash-"
@@ -90,8 +91,14 @@ def _remove(env: CachedEnv, log: Callable[[str], object], report: GcReport) -> b
         if not held:
             log(f"skipping environment {env.spec_id}: another process is building it")
             return False
-        trash = env.path.with_name(f"{_TRASH}{env.spec_id}-{os.getpid()}")
-        os.replace(env.path, trash)
+        in_use = env.path.parent / f"{env.spec_id}{IN_USE_SUFFIX}"
+        locks.release_shared(in_use)  # what this process used is its own to remove; others' use makes it busy
+        with locks.exclusive(in_use, wait=False) as free:
+            if not free:
+                log(f"skipping environment {env.spec_id}: a running modelci uses it")
+                return False
+            trash = env.path.with_name(f"{_TRASH}{env.spec_id}-{os.getpid()}")
+            os.replace(env.path, trash)
         report.freed_bytes += _size(trash)
         shutil.rmtree(trash, ignore_errors=True)
     log(f"removed environment {env.spec_id}" + ("" if env.complete else " (incomplete)"))
