@@ -200,6 +200,26 @@ def test_corrupt_artifacts_are_refused_and_reported_not_skipped(project, tmp_pat
     assert "do not hash to its name" in next(e.error for e in outcome.entries if e.workload.startswith("("))
 
 
+def test_a_manifest_naming_a_file_outside_its_suite_is_refused_before_any_import(project, tmp_path):
+    """`file` is not among a manifest's hashed fields, and compat imported `suite / file`: a store that "may be
+    anyone's" could have `../../evil.py` imported as the workload's code."""
+    artifacts = tmp_path / "artifacts"
+    shutil.copytree(Path(project["cfg"].artifacts), artifacts)
+    cfg = config_module.load(cli={"db": str(tmp_path / "history.db"), "artifacts": str(artifacts)})
+    manifests, _ = records.read_manifests(Store.from_config(cfg).artifacts)
+    stable = next(m for m in manifests if m["workload"] == "compatsuite/Stable" and m["producer"]["version"] == "1.0")
+    marker = tmp_path / "imported"
+    (tmp_path / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    index = artifacts / records.INDEX / f"{stable['key']}.json"
+    tampered = json.loads(index.read_text())
+    tampered["file"] = os.path.relpath(tmp_path / "evil.py", project["current"])
+    index.write_text(json.dumps(tampered))
+    outcome = compat.check(cfg, str(project["v2"]), [str(project["current"])], "Stable")
+    refused = [e for e in outcome.entries if e.outcome == "unreadable"]
+    assert refused and all("which is not a file of suite" in e.error for e in refused)
+    assert not marker.exists()
+
+
 def test_a_suite_file_that_no_longer_imports_is_load_failed_not_missing(project, tmp_path):
     broken = tmp_path / "compatsuite"
     shutil.copytree(project["current"], broken)

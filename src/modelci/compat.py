@@ -676,6 +676,13 @@ def check_in(config: Any, consumer: dict[str, Any], env: Any, manifests: list[di
             continue
         suite = suites.get(manifest["suite"])
         file = suite / manifest["file"] if suite and manifest.get("file") else None
+        if file is not None and (Path(str(manifest["file"])).name != str(manifest["file"])
+                                 or not file.resolve().is_relative_to(Path(suite).resolve())):
+            # the manifest's file is not among its hashed fields: `../../evil.py` was imported as the workload's
+            entries[index] = _entry(manifest, consumer, direction, "unreadable",
+                                    f"its manifest names the workload file {str(manifest['file'])[:80]!r}, which is "
+                                    f"not a file of suite {manifest['suite']!r}; the manifest was changed")
+            continue
         jobs.append({"index": index, "workload": manifest["workload"], "file": str(file) if file else None,
                      "format": manifest["format"], "path": str(got["path"]), "seed": int(manifest.get("seed") or 0),
                      "inputs": bool(got["inputs"])})
