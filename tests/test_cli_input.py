@@ -183,6 +183,11 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     (["env", "diff", "/dev/null", "latest"], "/dev/null is neither a lock file nor a folder"),
     # argparse drops a value of '--': "option --runner must be a string, got []"
     (["run", "--runner=--", "--target", "current"], "--runner=--: '--' cannot be a value (it ends the options)"),
+    # 100,000,000 stored 779 runs in 170 s before it was stopped
+    (["calibrate", "--target", "current", "--suite", "zoo:numpy", "--runs", "100000000"], "at most 1000"),
+    # accepted and ignored, where --good without --bisect-on-alarm was refused
+    (["compat", "--target", "numpy==2.1.3", "--jobs", "5"], "--jobs goes with --bisect-on-alarm"),
+    (["run", "--target", "current", "--suite", "/dev/null"], "suite '/dev/null' is not a folder"),
     # --last was silently ignored
     (["history", "numpy/MLPClassifier", "--all", "--last", "3"], "--all and --last 3: give one"),
     # "-k None selects 6"

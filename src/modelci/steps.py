@@ -48,6 +48,8 @@ def resolve_suites(specs: list[str], root: Path) -> dict[str, Path]:
             if folder.is_file():
                 raise UserError(f"suite {spec!r} is a file; a suite is the folder that holds workload files (pass "
                                 f"{str(Path(spec).parent)!r}) or zoo:NAME")
+            if folder.exists() and not folder.is_dir():  # /dev/null, a pipe: "does not exist" was wrong
+                raise UserError(f"suite {spec!r} is not a folder; pass a folder of workload files or zoo:NAME")
             if not folder.is_dir():
                 raise UserError(f"suite folder {spec!r} does not exist; pass a folder of workload files or zoo:NAME")
             from modelci.workload.child import suite_files

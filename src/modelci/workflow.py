@@ -494,6 +494,10 @@ def measured_with(config: Config) -> dict[str, int]:
     return {"seed": config.seed, "threads": config.threads, "repeats": config.repeats}
 
 
+#: `calibrate --runs` past this is a typo, not a plan: each run is stored in the history
+MAX_CALIBRATION_RUNS = 1000
+
+
 def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,
               runs: int = 5, progress: Any = None, command: str = "") -> Any:
     """Run the selection `runs` times on one target (each a stored run) and store its noise profile
@@ -503,6 +507,9 @@ def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern:
 
     if runs < 2:
         raise UserError(f"--runs {runs}: noise needs at least 2 runs (default 5)")
+    if runs > MAX_CALIBRATION_RUNS:  # 100,000,000 stored 779 runs in 170 s before it was stopped
+        raise UserError(f"--runs {runs}: at most {MAX_CALIBRATION_RUNS}; 20 runs already make a history check "
+                        "count the noise on a young history")
     outcomes = [run(config, target_spec, suite_specs, pattern, progress=progress, command=command)
                 for _ in range(runs)]
     last = outcomes[-1]

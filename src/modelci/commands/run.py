@@ -138,7 +138,8 @@ def bisect_plan(args, spec: str | None) -> dict | None:
     from modelci.errors import UserError
 
     if not args.bisect_on_alarm:
-        for flag, value in (("--good", args.good), ("--first-parent", args.first_parent)):
+        for flag, value in (("--good", args.good), ("--first-parent", args.first_parent),
+                            ("--jobs", getattr(args, "jobs", 1) != 1)):
             if value:
                 raise UserError(f"{flag} goes with --bisect-on-alarm")
         return None
