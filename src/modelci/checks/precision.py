@@ -259,21 +259,16 @@ def check_outputs(
     artifact of a baseline stopped every later run of the workload before its reports were written."""
     findings = []
     for name in sorted(set(current.keys()) | set(baseline.keys())):
+        rules = policy(f"output:{name}")
         try:
-            findings.append(check_output(name, baseline[name] if name in baseline else None,
-                                         current[name] if name in current else None, policy(f"output:{name}")))
+            side = "the baseline's"
+            base = baseline[name] if name in baseline else None
+            side = "this run's"
+            cur = current[name] if name in current else None
         except CorruptArtifact as exc:
-            side = "the baseline's" if name in baseline and _unreadable(baseline, name) else "this run's"
-            findings.append(decided(
-                "precision", f"output:{name}", "new", {"unreadable": str(exc)},
-                f"output:{name} not compared", f"{side} stored array cannot be read ({exc})",
-                gating=policy(f"output:{name}").active))
+            findings.append(decided("precision", f"output:{name}", "new", {"unreadable": str(exc)},
+                                    f"output:{name} not compared", f"{side} stored array cannot be read ({exc})",
+                                    gating=rules.active))
+            continue
+        findings.append(check_output(name, base, cur, rules))
     return findings
-
-
-def _unreadable(outputs: Mapping[str, Any], name: str) -> bool:
-    try:
-        outputs[name]
-    except CorruptArtifact:
-        return True
-    return False

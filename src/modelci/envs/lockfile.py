@@ -211,7 +211,7 @@ def parse(text: str, where: str = "lock") -> Lock:
                             "(hex digits), as `modelci env lock` writes it")
         digests[canonicalize_name(name)] = digest.strip()
     return Lock(pins=pins, implementation=implementation, python=python.strip(),
-                platform=(header.get("platform") or [""])[0], environment=(header.get("environment") or [""])[0],
+                platform=(header.get("platform") or [""])[0], environment=environment,
                 requested=list(requested), target=(header.get("target") or [""])[0], digests=digests,
                 wheels=wheels, source=(header.get("source") or [""])[0])
 

@@ -217,7 +217,8 @@ def _refuse_input(option: str, path: str, inputs: dict[str, str | None]) -> None
 
 
 #: how each report modelci writes begins (the JSON reports, compat's with a schema of its own, JUnit XML, the
-#: Markdown summaries of run, compare, alarms and compat): a file at an output path that begins otherwise is not ours to remove
+#: Markdown summaries of run, compare, alarms and compat): a file at an output path that begins otherwise is not
+#: ours to remove
 _REPORT_HEAD = re.compile(
     rb'\A(?:\xef\xbb\xbf)?\s*(?:\{\s*"schema"\s*:\s*"modelci\.(?:report|compat)/'
     rb'|<\?xml[^>]*\?>\s*<testsuites\s+name="modelci"|<testsuites\s+name="modelci"'
