@@ -16,6 +16,7 @@ import http.server
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ from fakerepo import FakeRepo, broken_pyproject, fakefw_source, offline_environm
 from fakewheels import build_fake_wheel
 
 from modelci import config as config_module
-from modelci import envs
+from modelci import envs, workflow
 from modelci.bisect import BisectRefused, bisect, releases
 from modelci.bisect.search import Search
 from modelci.errors import UserError
@@ -235,8 +236,9 @@ def test_wheel_builds_resume_after_an_interruption_without_rebuilding(history, t
         if line.startswith("round 2:"):
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(workflow.Interrupted) as cut:  # the cancel, with how far the search got
         run_bisect(history, "SavedModel", build="wheel", first_parent=True, log=interrupt)
+    assert cut.value.bisect.status == "interrupted" and cut.value.bisect.rounds == 1
     first_builds = len(list((tmp_path / "cache" / "builds").glob("*/build.json")))
     failed = list((tmp_path / "cache" / "builds").glob("*.failed.json"))
 
@@ -267,6 +269,39 @@ def test_cli_bisect_prints_the_culprit_and_writes_json(history, tmp_path):
     # the outcome is kept in the history, for the dashboard's bisect page
     kept = Store.from_config(history["cfg"]).bisects()[0]
     assert kept.culprit == report["culprit"]["item"] and kept.result["probes"] == report["probes"]
+
+
+def test_a_bisect_cancelled_by_sigterm_reports_how_far_it_got_and_resumes(history, tmp_path):
+    """SIGTERM in round 2 of a CLI bisect: exit 143, the JSON report holds the probes so far and the candidates
+    left (marked interrupted), and the same command then resumes from the stored probes."""
+    project = write_project(tmp_path / "project", tmp_path / "cache").parent  # no probe of the other tests to reuse
+    out = tmp_path / "bisect.json"
+    argv = [sys.executable, "-m", "modelci.cli", "bisect", "--repo", str(history["repo"]), "--good",
+            history["c"]["c0"], "--bad", history["c"]["c12"], "--suite", str(history["suite"]), "-k", "Numeric",
+            "--build", "pythonpath", "--json", str(out)]
+    proc = subprocess.Popen(argv, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("probing ") and "(round 2," in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    stdout, rest = proc.communicate(timeout=300)
+    err = "".join(seen) + rest
+    assert proc.returncode == 143, stdout + err
+    assert "Traceback" not in stdout + err and "interrupted by SIGTERM" in err, err
+    report = json.loads(out.read_text())
+    assert report["interrupted"] is True and report["status"] == "interrupted" and report["culprit"] is None
+    assert report["rounds"] == 1 and [p["round"] for p in report["probes"]] == [0, 0, 1], report["probes"]
+    assert 0 < len(report["candidates"]) < report["range_size"] == 14
+    assert history["c"]["c3"] in {c["item"] for c in report["candidates"]}  # the culprit is still among them
+    assert "still candidates" in report["message"] and "still candidates" in stdout
+
+    resumed = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads(out.read_text())
+    assert again["interrupted"] is False and again["culprit"]["item"] == history["c"]["c3"]
+    assert all(p["reused"] for p in again["probes"] if p["round"] in (0, 1))
 
 
 # --- releases --------------------------------------------------------------------------------------------

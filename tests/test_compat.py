@@ -10,9 +10,11 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -607,3 +609,53 @@ def test_a_pickled_torch_module_fails_as_plain_torch_load_fails_for_users(tmp_pa
     for entry in outcome.entries:
         assert "Weights only load failed" in entry.error and "(in load)" in entry.error, entry.error
         assert entry.unsafe
+
+
+def _processes_naming(text: str) -> list[int]:
+    """The processes whose command line holds `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_cancelled_check_stores_and_reports_the_models_it_checked(project, tmp_path, signum, code):
+    """A CI job cancelled while a saved model loads: the models checked before the signal are stored and in the
+    reports, marked interrupted; the loader is gone. Renamed's load hangs here, and the suite's workloads load
+    in order (Legacy and Numerics before it, Stable after it)."""
+    suite = tmp_path / "hanging" / "compatsuite"
+    shutil.copytree(project["current"], suite)
+    marker = tmp_path / "loading"
+    source = (suite / "models.py").read_text()
+    hang = (f'    def load(self, ctx, fmt, path):\n        open({str(marker)!r}, "w").close()\n'
+            '        import time\n        time.sleep(600)\n')
+    (suite / "models.py").write_text(source.replace('    layer = "Dense"\n', '    layer = "Dense"\n\n' + hang))
+    db, report, markdown = tmp_path / "h.db", tmp_path / "c.json", tmp_path / "c.md"
+    proc = subprocess.Popen([sys.executable, "-m", "modelci.cli", "-q", "--db", str(db), "compat", "--target",
+                             str(project["v2"]), "--suite", str(suite), "--json", str(report), "--markdown",
+                             str(markdown)], cwd=project["root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 240
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None and marker.exists(), proc.communicate()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in out + err, err
+    assert f"interrupted by {signal.Signals(signum).name}" in err and "checked before it are stored" in err, err
+    checked = json.loads(report.read_text())
+    assert checked["interrupted"] is True
+    cells = {(e["workload"], e["format"]): e["outcome"] for e in checked["entries"]}
+    assert cells == {key: value for key, value in BACKWARD.items() if key[0] < "compatsuite/Renamed"}, cells
+    assert "interrupted" in markdown.read_text().splitlines()[2]
+    with Store.from_config(config_module.load(cli={"db": str(db)})).read() as session:
+        stored = records.compat_history(session)
+    assert {(r.workload, r.format): r.outcome for r in stored} == cells
+    assert {r.check_id for r in stored} == {checked["check_id"]}
+    assert _processes_naming(str(suite)) == []  # the loader went with the check

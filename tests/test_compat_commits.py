@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -157,6 +158,31 @@ def test_compat_alarm_is_bisected_to_the_commit_that_broke_loading(tiny, tmp_pat
     assert report["bisects"] and all(b["check"] == "compat" for b in report["bisects"])
     assert {(b["result"]["culprit"]["sha"], b["result"]["culprit"]["pr"]) for b in report["bisects"]} == {
         (tiny["c"]["c2"], 7)}
+
+
+def test_a_compat_bisect_cancelled_by_sigterm_keeps_the_check_and_says_how_to_resume(tiny, tmp_path):
+    """SIGTERM while `compat --bisect-on-alarm` probes: the check's report is already written and stays, the
+    command exits 143 and says how to resume, without a traceback."""
+    workflow.run(tiny["cfg"], spec(tiny, "c0"), [str(tiny["suite"])], "OwnFormat", reuse=True)
+    out = tmp_path / "compat.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "modelci.cli", "--db", str(tmp_path / "h.db"), "compat", "--target", spec(tiny, "c5"),
+         "--suite", str(tiny["suite"]), "-k", "tinysuite/OwnFormat", "--from", tiny["c"]["c0"], "--bisect-on-alarm",
+         "--good", tiny["c"]["c0"], "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # the bisect logs each round before it probes
+        seen.append(line)
+        if line.startswith("probing "):
+            proc.send_signal(signal.SIGTERM)
+            break
+    stdout, rest = proc.communicate(timeout=300)
+    err = "".join(seen) + rest
+    assert proc.returncode == 143, stdout + err
+    assert "Traceback" not in stdout + err, err
+    assert "interrupted by SIGTERM" in err and "resumes from the probes already run" in err, err
+    report = json.loads(out.read_text())
+    assert report["kind"] == "compat" and report["regressed"] is True and "bisects" not in report
 
 
 def test_bisect_into_an_older_consumer_names_the_commit_whose_models_it_no_longer_loads(tiny):

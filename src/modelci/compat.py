@@ -33,7 +33,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 import modelci
-from modelci import selection, steps, targets
+from modelci import cancel, selection, steps, targets
 from modelci.checks.policy import Finding, decided
 from modelci.checks.precision import check_outputs
 from modelci.errors import UserError
@@ -110,6 +110,8 @@ class CompatOutcome:
     entries: list[CompatEntry]
     check_id: str = ""
     artifacts: str = ""
+    #: cancelled: the entries are those checked before the signal
+    interrupted: bool = False
 
     @property
     def regressed(self) -> bool:
@@ -227,7 +229,8 @@ def _producer_inputs(store: Any, env: Any, suites: dict[str, Path], files: dict[
 def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], folder: Path, *,
              command: str = "load", timeout: float = 1800.0, threads: int = 0,
              on_job: Callable[[dict[str, Any]], object] | None = None, executor: Any = None,
-             framework: str = "", paths: list[str] = ()) -> dict[int, dict[str, Any]]:
+             framework: str = "", paths: list[str] = (),
+             records: dict[int, dict[str, Any]] | None = None) -> dict[int, dict[str, Any]]:
     """Run compat_child jobs, one process per seed for all its jobs; returns index -> the job's record.
 
     A job that kills or hangs its process gets a `load_failed` record naming the signal or the timeout, and a
@@ -239,8 +242,11 @@ def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], 
     4.8 s of a zoo:torch run); `framework` names the helper whose prologue the worker runs first. Jobs whose
     seed is not the executor's get a process of their own, since a fork keeps the worker's hash seed. `paths`
     go first on a fresh process's path (the environment's `paths`: a pythonpath build's checkout).
+
+    `records`, when given, is filled in place, also when a cancelling signal stops the jobs (a KeyboardInterrupt,
+    `cancel`): it then holds the jobs that finished before it, for the caller to keep.
     """
-    records: dict[int, dict[str, Any]] = {}
+    records = {} if records is None else records
     for seed in sorted({int(job.get("seed", 0)) for job in jobs}):
         pending = [job for job in jobs if int(job.get("seed", 0)) == seed]
         attempt = 0
@@ -253,22 +259,18 @@ def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], 
             argv += [arg for name, path in suites.items() for arg in ("--suite", f"{name}={path}")]
             by_index = {job["index"]: job for job in pending}
             watchdog = _Watchdog(out, timeout, lambda i: on_job and i in by_index and on_job(by_index[i]))
-            if executor is not None and executor.seed == seed:
-                code, _ = executor.run_module(COMPAT_CHILD, argv, out, None, framework, watch=watchdog)
-            else:
-                shim = local.shim_dir(folder)
-                extra = {"PYTHONPATH": os.pathsep.join([*paths, str(shim)])} if paths else None
-                env = local.child_env(shim, seed, threads, extra)
-                code, _ = local.spawn([str(python), "-m", COMPAT_CHILD, *argv], env, out, None, watch=watchdog)
-            hung = watchdog.fired
             started = len(records)
-            for job in pending:
-                result = out / str(job["index"]) / "result.json"
-                try:
-                    # the record's file names are relative to the job's own folder
-                    records[job["index"]] = dict(json.loads(result.read_text()), _folder=str(result.parent))
-                except (OSError, ValueError):  # none, or cut short by a crash: the job did not finish
-                    pass
+            try:
+                if executor is not None and executor.seed == seed:
+                    code, _ = executor.run_module(COMPAT_CHILD, argv, out, None, framework, watch=watchdog)
+                else:
+                    shim = local.shim_dir(folder)
+                    extra = {"PYTHONPATH": os.pathsep.join([*paths, str(shim)])} if paths else None
+                    env = local.child_env(shim, seed, threads, extra)
+                    code, _ = local.spawn([str(python), "-m", COMPAT_CHILD, *argv], env, out, None, watch=watchdog)
+            finally:  # cancelled too: the jobs this process finished are kept
+                _harvest(pending, out, records)
+            hung = watchdog.fired
             left = [job for job in pending if job["index"] not in records]
             if not left:
                 break
@@ -286,6 +288,17 @@ def run_jobs(python: Path, suites: dict[str, Path], jobs: list[dict[str, Any]], 
                 records[culprit["index"]] = _failed(culprit, f"the process {why} while loading it", stderr, out)
             pending = [job for job in left if job is not culprit]
     return records
+
+
+def _harvest(jobs: list[dict[str, Any]], out: Path, records: dict[int, dict[str, Any]]) -> None:
+    """Add to `records` each of `jobs` whose record the child wrote whole under `out`."""
+    for job in jobs:
+        result = out / str(job["index"]) / "result.json"
+        try:
+            # the record's file names are relative to the job's own folder
+            records[job["index"]] = dict(json.loads(result.read_text()), _folder=str(result.parent))
+        except (OSError, ValueError):  # none, or cut short by a crash: the job did not finish
+            pass
 
 
 #: the in-environment entry point that loads saved models and writes example inputs
@@ -585,22 +598,51 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
     """
     consumer = target_dict(target)
     scratch = Path(tempfile.mkdtemp(prefix="compat-", dir=local.scratch_root(config.cache_dir)))
+    entries = [CompatEntry(workload="(unreadable manifest)", format="", producer={"label": "?"},
+                           consumer=consumer, direction=direction, outcome="unreadable", error=p["error"])
+               for p in problems]
+    checked = 0  # models loaded (or refused) in a consumer, the unreadable manifests and unsaved formats aside
+    cancelled = False
     try:
-        entries = [CompatEntry(workload="(unreadable manifest)", format="", producer={"label": "?"},
-                               consumer=consumer, direction=direction, outcome="unreadable", error=p["error"])
-                   for p in problems]
         fetched = fetch(store, [m for _, _, chosen, _ in plan for m in chosen], scratch / "models")
         for number, (who, who_env, chosen, way) in enumerate(plan):
             progress.note(f"{way}: {len(chosen)} saved model(s) into {who['label']}")
-            entries += check_in(config, who, who_env, chosen, fetched, suites, scratch / f"in-{number}", way, progress)
+            finished: list[CompatEntry] = []
+            try:
+                found = check_in(config, who, who_env, chosen, fetched, suites, scratch / f"in-{number}", way,
+                                 progress, finished)
+            except KeyboardInterrupt:
+                entries += finished
+                checked += len(finished)
+                raise
+            entries += found
+            checked += len(found)
+    except KeyboardInterrupt:
+        # what was checked before the signal is kept, as a run keeps the workloads that finished
+        if not checked:
+            raise
+        cancelled = True
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     entries += unsaved
     outcome = CompatOutcome(target=target, direction=direction, entries=entries, check_id=uuid.uuid4().hex,
-                            artifacts=store.artifacts.root)
-    with store.write() as session:
+                            artifacts=store.artifacts.root, interrupted=cancelled)
+    with cancel.deferred(), store.write() as session:
         records.add_compat_results(session, outcome.check_id, config.runner, entries)
+    if cancelled:
+        raise Interrupted(outcome, checked)
     return outcome
+
+
+class Interrupted(KeyboardInterrupt):
+    """A check cancelled (Ctrl-C, SIGTERM, SIGHUP: `cancel`) after some models were checked: those are stored,
+    and `outcome` holds them, marked interrupted, for the command's report files. A KeyboardInterrupt, so that a
+    caller that only knows the cancel (a bisect's probe) stops as it does for any other."""
+
+    def __init__(self, outcome: CompatOutcome, checked: int):
+        super().__init__(f"interrupted by {cancel.signal_name()}; the {checked} saved model(s) checked before it are "
+                         f"stored (check {outcome.check_id[:12]}), the rest were not checked")
+        self.outcome = outcome
 
 
 def _nothing_message(store: Any, target: Any, manifests: list[dict[str, Any]], direction: str,
@@ -655,11 +697,14 @@ def fetch(store: Any, manifests: list[dict[str, Any]], folder: Path) -> dict[str
 
 def check_in(config: Any, consumer: dict[str, Any], env: Any, manifests: list[dict[str, Any]],
              fetched: dict[str, dict[str, Any]], suites: dict[str, Path], folder: Path, direction: str,
-             progress: Any) -> list[CompatEntry]:
+             progress: Any, finished: list[CompatEntry] | None = None) -> list[CompatEntry]:
     """Check stored models in one consumer build (its environment is built here when `env` is None).
 
     There is no separate discovery: the child finds each workload in the file the manifest names (or, when
     the class moved, anywhere in its suite) and reports `missing` when it is gone, or the import error.
+
+    A cancelling signal (KeyboardInterrupt) while the models load is raised again, after the models judged
+    before it are added to `finished`.
     """
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -693,8 +738,20 @@ def check_in(config: Any, consumer: dict[str, Any], env: Any, manifests: list[di
         progress.note(f"  [{job['index'] + 1}/{len(manifests)}] {manifest['workload']} {manifest['format']} saved by "
                       f"{manifest['producer'].get('label')}")
 
-    done = run_jobs(env.python, suites, jobs, folder, timeout=config.timeout, paths=getattr(env, "paths", []),
-                    threads=config.threads, on_job=started) if jobs else {}
+    done: dict[int, dict[str, Any]] = {}
+    try:
+        if jobs:
+            run_jobs(env.python, suites, jobs, folder, timeout=config.timeout, paths=getattr(env, "paths", []),
+                     threads=config.threads, on_job=started, records=done)
+    except KeyboardInterrupt:
+        if finished is not None:
+            for job in jobs:
+                if job["index"] in done:
+                    manifest = manifests[job["index"]]
+                    entries[job["index"]] = judge(config, manifest, consumer, direction, done[job["index"]],
+                                                  fetched[manifest["key"]])
+            finished.extend(entries[i] for i in sorted(entries))
+        raise
     for job in jobs:
         manifest = manifests[job["index"]]
         entries[job["index"]] = judge(config, manifest, consumer, direction, done[job["index"]],

@@ -58,6 +58,9 @@ class Interrupted(Exception):
         self.outcome = outcome
         #: set by `compare`: what each side finished (CompareOutcome, marked interrupted)
         self.compare: CompareOutcome | None = None
+        #: set by `bisect`: how far the search got (a BisectResult with status "interrupted"), None before its
+        #: ends were judged
+        self.bisect: Any = None
 
 
 @dataclass

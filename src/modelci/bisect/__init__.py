@@ -70,11 +70,16 @@ class Suspect:
         return {"item": self.item, "spec": self.spec, **(self.commit.to_json() if self.commit else {})}
 
 
+#: an interrupted bisect's report lists at most this many of the candidates left (a range may hold thousands)
+MAX_CANDIDATES_SHOWN = 50
+
+
 @dataclass
 class BisectResult:
-    """What a bisect found: the culprit, or the candidates when only untestable commits remain."""
+    """What a bisect found: the culprit, or the candidates when only untestable commits remain (or, cancelled,
+    those still in the range)."""
 
-    status: str  # "found" | "untestable" | "unconfirmed"
+    status: str  # "found" | "untestable" | "unconfirmed" | "interrupted"
     workload: str
     check: str
     metrics: list[str]
@@ -177,11 +182,20 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
     own = workflow.WorkerPool(config) if pool is None else None
     # the one history every probe runs on (`_bisect` opens it once the input is checked, unless given one)
     opened: list[Store] = [store] if store is not None else []
+    so_far: list[Callable[[], BisectResult]] = []
     try:
         result = _bisect(config, suite_specs, pattern, repo=repo, good=good, bad=bad, versions=versions, check=check,
                          first_parent=first_parent, build=build, jobs=jobs, log=log, command=command,
                          from_spec=from_spec, improvement=improvement, pool=pool or own, into_spec=into_spec,
-                         opened=opened)
+                         opened=opened, so_far=so_far)
+    except (workflow.Interrupted, KeyboardInterrupt) as exc:
+        # cut in a probe or between probes: the probes that finished are stored (the same command resumes from
+        # them), and `bisect` on the exception says how far the search got, for the report files
+        stopped = exc if isinstance(exc, workflow.Interrupted) else workflow.Interrupted(None)
+        stopped.bisect = so_far[0]() if so_far else None
+        if stopped is exc:
+            raise
+        raise stopped from None
     finally:
         if own is not None:
             own.close()
@@ -193,7 +207,8 @@ def bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: st
 def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: str | None, good: str | None,
             bad: str | None, versions: list[str] | None, check: str | None, first_parent: bool, build: str | None,
             jobs: int, log: Callable[[str], object], command: str, from_spec: str | None, improvement: bool,
-            pool: Any, into_spec: str | None = None, opened: list[Any] | None = None) -> BisectResult:
+            pool: Any, into_spec: str | None = None, opened: list[Any] | None = None,
+            so_far: list[Callable[[], BisectResult]] | None = None) -> BisectResult:
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: give 1 or more probes per round")
     if versions is not None:
@@ -245,6 +260,23 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
 
     search = space.search()
     rounds = 1
+
+    def interrupted() -> BisectResult:
+        """How far the search got, for a cancelled bisect's report."""
+        left = search.remaining()
+        shown = [space.suspect(item) for item in left[:MAX_CANDIDATES_SHOWN]]
+        more = f" (the first {len(shown)} listed)" if len(left) > len(shown) else ""
+        return BisectResult(status="interrupted", workload=workload, check=criterion.check,
+                            metrics=criterion.metrics, good=space.suspect(space.good), bad=space.suspect(space.bad),
+                            probes=list(probes), rounds=rounds - 1, range_size=space.size,
+                            evidence=criterion.evidence, inconsistent=list(search.inconsistent),
+                            direction="improvement" if improvement else "regression", candidates=shown,
+                            message=f"interrupted after {rounds - 1} round(s): {len(left)} of {space.size} "
+                                    f"{space.noun} still candidates{more}; the same command resumes from the "
+                                    "probes already run")
+
+    if so_far is not None:
+        so_far.append(interrupted)
     while not search.done:
         batch = search.next_probes(jobs)
         # a probe may build a commit and an environment: say what runs before minutes of it

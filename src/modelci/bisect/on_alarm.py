@@ -99,7 +99,8 @@ def bisect_alarms(config: Any, store: Any, outcome: Any, suite_specs: list[str],
     """Bisect the alarms `outcome` opened between `good` and the run's commit; record and notify each outcome.
     `pool` (workflow.WorkerPool) lends the run's warm workers to the probes.
 
-    Raises only workflow.Interrupted (Ctrl-C); every other failure of a bisect is recorded in its alarms.
+    Raises only workflow.Interrupted (a cancelling signal); every other failure of a bisect is recorded in its
+    alarms.
     """
     from modelci.alarms import lifecycle, notify
     from modelci.bisect import BisectRefused, bisect

@@ -77,13 +77,22 @@ def main(args, cfg) -> int:
                         jobs=args.jobs, log=log, command=args.command_line, from_spec=args.from_spec,
                         into_spec=args.into_spec, improvement=args.improvement)
     except workflow.Interrupted as exc:
-        out.print(f"[yellow]{exc}; run the same command again to resume[/]")
+        out.print(f"[yellow]{views.escape(str(exc))}; run the same command again to resume[/]")
+        if exc.bisect is not None:  # the probes so far and the candidates left, for the CI job's artifacts
+            render(exc.bisect, views.console())
+            if args.json_path:
+                from modelci import cancel
+
+                with cancel.deferred(), files.writing({"--json": args.json_path}, "the probes are stored"):
+                    json_report.write(args.json_path, {"schema": json_report.SCHEMA, "kind": "bisect",
+                                                       "interrupted": True, **exc.bisect.to_json()})
         return EXIT_INTERRUPTED
     render(result, views.console())
     if args.json_path:
         with files.writing({"--json": args.json_path}, "the probes are stored: the same command shows the result "
                                                        "again without running them"):
-            json_report.write(args.json_path, {"schema": json_report.SCHEMA, "kind": "bisect", **result.to_json()})
+            json_report.write(args.json_path, {"schema": json_report.SCHEMA, "kind": "bisect", "interrupted": False,
+                                               **result.to_json()})
     return EXIT_OK if result.status == "found" else EXIT_REGRESSION
 
 

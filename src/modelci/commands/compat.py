@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK, EXIT_REGRESSION, add_selection, build, jobs
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection, build, jobs
 
 
 def add_parser(sub) -> None:
@@ -35,7 +35,7 @@ def main(args, cfg) -> int:
     With --bisect-on-alarm, then bisect each compat alarm the check opened (the exit code stays the check's)."""
     from types import SimpleNamespace
 
-    from modelci import compat
+    from modelci import cancel, compat, workflow
     from modelci.commands.run import _bisect_alarms, bisect_plan
     from modelci.report import compat_report
     from modelci.report import console as views
@@ -47,9 +47,16 @@ def main(args, cfg) -> int:
     paths = {"--json": args.json_path, "--markdown": args.markdown_path}
     files.prepare(paths, db=cfg.db, config=cfg.file)  # before the check, not after it
     store = Store.from_config(cfg)
-    outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
-                           direction=args.direction, store=store,
-                           progress=views.Progress(quiet=args.quiet, every=cfg.progress_every))
+    try:
+        outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
+                               direction=args.direction, store=store,
+                               progress=views.Progress(quiet=args.quiet, every=cfg.progress_every))
+    except compat.Interrupted as exc:  # the models checked before the signal are stored: the reports say which
+        views.console(stderr=True).print(f"[yellow]{views.escape(str(exc))}[/]")
+        compat_report.render(exc.outcome, views.console())
+        with cancel.deferred(), files.writing(paths, "the models checked before the signal are stored"):
+            _write_reports(args, exc.outcome)
+        return EXIT_INTERRUPTED
     compat_report.render(outcome, views.console())
     events: list = []
     if args.alarms:
@@ -59,17 +66,29 @@ def main(args, cfg) -> int:
 
         alarm_views.render_alarm_report(AlarmReport(events=events, deliveries=deliveries), views.console())
     report = compat_report.to_json(outcome)
-    with files.writing(paths, "the check's results and alarms are stored"):
-        if args.json_path:
-            compat_report.write_json(args.json_path, outcome)
-        if args.markdown_path:
-            compat_report.write_markdown(args.markdown_path, outcome)
+    with cancel.deferred(), files.writing(paths, "the check's results and alarms are stored"):
+        _write_reports(args, outcome)
     if chain is not None:
         checked = SimpleNamespace(target=outcome.target, run_id=None, alarms=SimpleNamespace(events=events))
-        bisects = _bisect_alarms(args, cfg, checked, chain)
+        try:
+            bisects = _bisect_alarms(args, cfg, checked, chain)
+        except workflow.Interrupted as exc:
+            views.console(stderr=True).print(f"[yellow]{views.escape(str(exc))}; the check is stored, and `modelci "
+                                             "bisect` with the same ends resumes from the probes already run[/]")
+            return EXIT_INTERRUPTED
         if args.json_path and bisects:
             from modelci.report import json_report
 
             with files.writing(paths, "the check and the bisects' probes are stored"):
                 json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
     return EXIT_REGRESSION if outcome.regressed else EXIT_OK
+
+
+def _write_reports(args, outcome) -> None:
+    """The --json and --markdown reports of a check (marked interrupted when it was cancelled)."""
+    from modelci.report import compat_report
+
+    if args.json_path:
+        compat_report.write_json(args.json_path, outcome)
+    if args.markdown_path:
+        compat_report.write_markdown(args.markdown_path, outcome)

@@ -64,7 +64,8 @@ def to_json(outcome: Any) -> dict[str, Any]:
              for w, by_f in matrix(outcome.entries).items()}
     from modelci.compat import target_dict
 
-    return {"schema": SCHEMA, "kind": "compat", "regressed": outcome.regressed, "check_id": outcome.check_id,
+    return {"schema": SCHEMA, "kind": "compat", "regressed": outcome.regressed,
+            "interrupted": bool(getattr(outcome, "interrupted", False)), "check_id": outcome.check_id,
             "direction": outcome.direction, "target": target_dict(outcome.target), "artifacts": outcome.artifacts,
             "summary": summary(outcome.entries), "executes_code_on_load": unsafe_formats(outcome.entries),
             "matrix": cells, "entries": [_entry_json(e) for e in outcome.entries]}
@@ -81,8 +82,10 @@ def _headline(outcome: Any) -> str:
     counts = summary(outcome.entries)
     bad = sum(1 for e in outcome.entries if e.gating)
     parts = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+    cut = (" before the check was interrupted; the rest were not checked"
+           if getattr(outcome, "interrupted", False) else "")
     return (f"{outcome.direction} compatibility of {outcome.target.label}: {len(outcome.entries)} saved model(s) "
-            f"checked ({parts}); {bad} regression(s)")
+            f"checked ({parts}){cut}; {bad} regression(s)")
 
 
 def _problems(outcome: Any) -> list[Any]:
