@@ -49,6 +49,8 @@ class CalibrationOutcome:
     run_ids: list[int]
     entries: list[NoiseEntry] = field(default_factory=list)
     failures: list[Result] = field(default_factory=list)
+    #: cancelled: `run_ids` are the runs stored before the signal, and no noise was measured or stored
+    interrupted: bool = False
 
 
 def _cv(values: list[float]) -> float | None:

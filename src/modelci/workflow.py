@@ -58,6 +58,8 @@ class Interrupted(Exception):
         self.outcome = outcome
         #: set by `compare`: what each side finished (CompareOutcome, marked interrupted)
         self.compare: CompareOutcome | None = None
+        #: set by `calibrate`: the runs it stored before the signal (a CalibrationOutcome without noise)
+        self.calibration: Any = None
         #: set by `bisect`: how far the search got (a BisectResult with status "interrupted"), None before its
         #: ends were judged
         self.bisect: Any = None
@@ -513,8 +515,23 @@ def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern:
     if runs > MAX_CALIBRATION_RUNS:  # 100,000,000 stored 779 runs in 170 s before it was stopped
         raise UserError(f"--runs {runs}: at most {MAX_CALIBRATION_RUNS}; 20 runs already make a history check "
                         "count the noise on a young history")
-    outcomes = [run(config, target_spec, suite_specs, pattern, progress=progress, command=command)
-                for _ in range(runs)]
+    outcomes: list[RunOutcome] = []
+    try:
+        for _ in range(runs):
+            outcomes.append(run(config, target_spec, suite_specs, pattern, progress=progress, command=command))
+    except (Interrupted, KeyboardInterrupt) as exc:
+        # the runs that finished are stored, the noise is not (it would be measured on fewer runs than asked):
+        # `calibration` on the exception says which runs there are, for the report file
+        stopped = exc if isinstance(exc, Interrupted) else Interrupted(None)
+        cut = [*outcomes, stopped.outcome] if stopped.outcome is not None else outcomes
+        if cut:
+            stopped.calibration = noise.CalibrationOutcome(
+                target=cut[-1].target, environment=cut[-1].environment, runner=config.runner,
+                run_ids=[o.run_id for o in cut if o.run_id is not None],
+                failures=[r for o in cut for r in o.results if r.status != "ok"], interrupted=True)
+        if stopped is exc:
+            raise
+        raise stopped from None
     last = outcomes[-1]
     per_run = [{r.workload: r for r in o.results if r.status == "ok"} for o in outcomes]
     outcome = noise.CalibrationOutcome(target=last.target, environment=last.environment, runner=config.runner,

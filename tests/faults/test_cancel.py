@@ -172,6 +172,30 @@ def test_a_compare_cancelled_while_a_runs_says_b_did_not_run(project):
     project.assert_clean(done)
 
 
+def test_a_calibration_cancelled_in_its_second_run_reports_the_runs_it_stored(project):
+    """`calibrate --runs 3` cancelled while its second run hangs: the first run is stored whole and the second as
+    interrupted; no noise is stored (it would be measured on fewer runs than asked), and the --json report says
+    so and names the stored runs."""
+    project.workloads(QUICK + HANG_ON_B)
+    (project.root / "report.json").write_text(OLDER_REPORTS["report.json"])
+    proc = project.start("calibrate", "--target", "current", "--suite", "suite", "--runs", "3", "--json",
+                         "report.json")
+    wait_for(lambda: project.marker("hanging").exists() or proc.poll() is not None, 120, "the second run's hang")
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    done = type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode})
+    assert proc.returncode == 143, err
+    assert "interrupted by SIGTERM" in err and "no noise stored: 3 runs were asked for" in err, err
+    runs = project.stored("SELECT id, status FROM runs ORDER BY id")
+    assert [status for _, status in runs] == ["complete", "interrupted"]
+    report = project.report()
+    assert report["kind"] == "calibration" and report["interrupted"] is True and report["noise"] == []
+    assert report["run_ids"] == [run_id for run_id, _ in runs]
+    assert project.stored("SELECT count(*) FROM noise_profiles") == [(0,)]
+    project.assert_clean(done)
+
+
 SWALLOWED = '''
 import os, signal, sys, time
 from modelci import cancel

@@ -32,6 +32,15 @@ def main(args, cfg) -> int:
                                      command=args.command_line)
     except workflow.Interrupted as exc:
         views.console(stderr=True).print(f"[yellow]{exc}[/]")
+        if exc.calibration is not None:
+            ids = ", ".join(str(i) for i in exc.calibration.run_ids) or "none"
+            views.console(stderr=True).print(f"[yellow]no noise stored: {args.runs} runs were asked for; the runs "
+                                             f"stored before the signal: {ids}[/]")
+            if args.json_path:
+                from modelci import cancel
+
+                with cancel.deferred(), files.writing({"--json": args.json_path}, "the finished runs are stored"):
+                    json_report.write(args.json_path, json_report.calibration_report(exc.calibration))
         return EXIT_INTERRUPTED
     views.render_calibration(outcome, views.console())
     if args.json_path:

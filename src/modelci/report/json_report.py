@@ -109,6 +109,7 @@ def calibration_report(outcome: Any) -> dict[str, Any]:
     import dataclasses
 
     return {"schema": SCHEMA, "kind": "calibration", "failed": bool(outcome.failures),
+            "interrupted": bool(getattr(outcome, "interrupted", False)),
             "target": target_section(outcome.target),
             "runner": outcome.runner, "environment": outcome.environment.id, "run_ids": list(outcome.run_ids),
             "noise": [dataclasses.asdict(entry) for entry in outcome.entries],
