@@ -28,6 +28,29 @@ def test_tool_modelci_table_in_pyproject_is_read_and_paths_are_relative_to_it(tm
     assert cfg.db == str((tmp_path / "hist" / "h.db").resolve())
 
 
+def test_a_tool_modelci_table_that_modelci_toml_overrides_is_named_as_ignored(tmp_path):
+    """Both files configure modelci: modelci.toml wins, and every command says that the table is ignored, since an
+    edit there would otherwise change nothing, silently."""
+    import subprocess
+    import sys
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.modelci]\nrunner = "from-pyproject"\n')
+    (tmp_path / "modelci.toml").write_text('runner = "from-modelci-toml"\n')
+    cfg = config_module.load(cwd=tmp_path, environ={})
+    assert cfg.runner == "from-modelci-toml" and cfg.ignored == tmp_path / "pyproject.toml"
+    done = subprocess.run([sys.executable, "-m", "modelci.cli", "config"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "[tool.modelci] table in" in done.stderr and "is ignored; keep one of the two" in done.stderr
+    assert "from-modelci-toml" in done.stdout
+    # named on purpose, or without a table of its own, pyproject.toml is not worth a note
+    assert config_module.load(cwd=tmp_path, environ={}, config_file=tmp_path / "modelci.toml").ignored is None
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert config_module.load(cwd=tmp_path, environ={}).ignored is None
+    (tmp_path / "pyproject.toml").write_text('[project\n')  # broken, and not the config in use: no error either
+    assert config_module.load(cwd=tmp_path, environ={}).runner == "from-modelci-toml"
+
+
 def test_a_number_or_a_boolean_in_the_file_is_a_toml_one(tmp_path):
     import pytest
 

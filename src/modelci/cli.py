@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--config '': give the config file's path, or leave --config out for ./modelci.toml")
         # `init` writes a new project's config: a broken one in the current folder is none of its business
         cfg = None if args.command == "init" else config_module.load(cli=cli_values, config_file=args.config)
+        if cfg is not None and cfg.ignored is not None:
+            note = (f"{cfg.file} configures modelci, so the [tool.modelci] table in {cfg.ignored} is ignored; keep "
+                    "one of the two")
+            console(stderr=True).print(f"[yellow]note:[/] {escape(note)}")
         code = modules[args.command].main(args, cfg)
         return cancel.exit_code() if code == EXIT_INTERRUPTED else code
     except UserError as exc:

@@ -119,6 +119,9 @@ class Config:
     env: dict[str, Any] = field(default_factory=dict)
     file: Path | None = None
     root: Path = field(default_factory=Path.cwd)
+    #: a pyproject.toml beside the modelci.toml in use whose [tool.modelci] table is therefore ignored (the
+    #: command says so: an edit there would otherwise change nothing, silently)
+    ignored: Path | None = None
 
     def policy_for(self, workload: str) -> Callable[[str], Any]:
         """A function metric -> Policy for one workload: the [checks] defaults, then matching overrides and
@@ -161,7 +164,7 @@ PATH_OPTIONS = ("db", "artifacts")
 
 def find_file(start: Path) -> tuple[Path | None, dict[str, Any]]:
     """The config file in `start`: modelci.toml, else pyproject.toml with a [tool.modelci] table."""
-    for name in ("modelci.toml", "pyproject.toml"):
+    for name in CONFIG_FILES:
         path = start / name
         if path.is_file():
             data = read_toml(path)
@@ -171,6 +174,24 @@ def find_file(start: Path) -> tuple[Path | None, dict[str, Any]]:
             if table is not None:
                 return path, table
     return None, {}
+
+
+#: the files `find_file` looks for, the first that configures modelci winning
+CONFIG_FILES = ("modelci.toml", "pyproject.toml")
+
+
+def shadowed(path: Path | None) -> Path | None:
+    """The pyproject.toml beside `path` (a modelci.toml) when it has a [tool.modelci] table, which `path` then
+    wins over; None otherwise, and when that pyproject.toml cannot be read (it configures nothing then)."""
+    if path is None or path.name != CONFIG_FILES[0]:
+        return None
+    other = path.parent / CONFIG_FILES[1]
+    if not other.is_file():
+        return None
+    try:
+        return other if tool_table(read_toml(other), other) is not None else None
+    except UserError:
+        return None
 
 
 def tool_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
@@ -293,6 +314,7 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     from modelci.alarms import settings as alarm_settings
 
     return Config(**values, sources=sources, checks=checks, overrides=overrides, file=path, root=root,
+                  ignored=None if config_file else shadowed(path),
                   env=validate_env(data.get("env", {}), f"{where}: [env]", root),
                   policies=alarm_settings.validate_policy_entries(data.get("policy", []), where, validate_policy),
                   allow=alarm_settings.validate_allow(data.get("allow", []), where, today or date.today()),
