@@ -82,6 +82,8 @@ def test_export_refuses_what_it_cannot_reproduce(exported, tmp_path):
     record = refs.from_run(Store(cfg.db, cfg.artifacts), outcome.run_id)
     with pytest.raises(UserError, match="is not empty"):
         export.export(record, bundle.path, cfg.root, {})
+    with pytest.raises(UserError, match="--out '': give the folder to export into"):  # not ". is not empty"
+        export.export(record, "", cfg.root, {})
     record.run["target_kind"] = "current"
     with pytest.raises(UserError, match="used the `current` interpreter"):
         export.export(record, tmp_path / "b2", cfg.root, {})

@@ -201,6 +201,13 @@ def test_bad_refs_and_unreachable_repositories_are_named(project, tmp_path):
         targets.resolve(targets.git_spec(str(project["repo"].path), "no-such-branch"), cache_dir=project["cache"])
     with pytest.raises(UserError, match="no git repository there"):
         targets.resolve(f"git+{tmp_path}/nowhere@main", cache_dir=project["cache"])
+    # a folder inside a clone is not the clone: it was taken for one, then said "does not exist" when mirrored
+    inside = project["repo"].path / "fakefw"
+    assert inside.is_dir()
+    top = str(project["repo"].path.resolve())
+    with pytest.raises(UserError, match=f"a folder inside the git repository {re.escape(top)}; give {re.escape(top)}"):
+        GitRepo(str(inside), project["cache"]).resolve("HEAD")
+    assert GitRepo(str(project["repo"].path / ".git"), project["cache"]).resolve("HEAD")  # its git folder will do
     with pytest.raises(UserError, match="cannot be reached"):
         GitRepo("https://127.0.0.1:9/fw.git", project["cache"]).sync()
 

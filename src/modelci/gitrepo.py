@@ -115,6 +115,7 @@ class GitRepo:
 
     def __init__(self, url: str, cache_dir: Path | str):
         self.url, self.local = normalize_url(url)
+        self._checked = False  # the local folder is the repository's (_check_local)
         self.cache_dir = Path(cache_dir).expanduser().absolute()
         slug = re.sub(r"[^\w.-]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))[:40] or "repo"
         self.mirror = self.cache_dir / "git" / f"{slug}-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}.git"
@@ -151,11 +152,22 @@ class GitRepo:
         self._synced = True
 
     def _check_local(self) -> None:
-        """A local repository must be a folder git recognises."""
-        if self.local is not None and (not self.local.is_dir() or git(
-                ["rev-parse", "--git-dir"], cwd=self.local, check=False).returncode != 0):
+        """A local repository must be a folder git recognises, and the repository's own folder (its work tree or
+        its git folder): a folder inside one passed this check, and then failed as "does not exist" when the
+        mirror was cloned from it."""
+        if self.local is None or self._checked:
+            return
+        found = git(["rev-parse", "--absolute-git-dir"], cwd=self.local, check=False) if self.local.is_dir() else None
+        if found is None or found.returncode != 0:
             raise UserError(f"repository {self.url}: no git repository there; pass the folder of a git clone "
                             "or a URL git can clone")
+        git_dir = Path(found.stdout.strip()).resolve()
+        top = git(["rev-parse", "--show-toplevel"], cwd=self.local, check=False)  # fails in a bare repository
+        root = Path(top.stdout.strip()).resolve() if top.returncode == 0 and top.stdout.strip() else git_dir
+        if self.local.resolve() not in (root, git_dir):
+            raise UserError(f"repository {self.url}: a folder inside the git repository {root}; give {root} itself "
+                            "(a package in a subfolder is built with --build pythonpath:SUBFOLDER)")
+        self._checked = True
 
     def has(self, sha: str) -> bool:
         """Whether the mirror holds commit `sha`."""

@@ -49,6 +49,8 @@ def export(record: EnvRecord, out: str | Path, root: Path, settings: dict[str, A
     if run["target_kind"] == "current":
         raise UserError(f"run {run['id']} used the `current` interpreter, not an isolated environment: its lock "
                         "lists the harness's own packages and cannot be rebuilt. Export a run of a target")
+    if not str(out).strip():  # Path("") is the current folder: the message named "." as not empty
+        raise UserError(f"--out {str(out)!r}: give the folder to export into (a new or empty one)")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; export into a new or empty folder")
