@@ -99,6 +99,9 @@ ATTRIBUTES = {
     "NumberFormats": ("formats = 5", "`formats` must be a tuple of format names", "not int 5"),
     "StringFormats": ('formats = "npz"', "`formats` must be a tuple of format names", "not str 'npz'"),
     "PathFormat": ('formats = ("../../escape",)', "`formats` holds str '../../escape'", "a format name is"),
+    # saved, stored and checked twice, and a Format's `unsafe` could say one thing and the name another
+    "TwiceFormat": ('formats = ("npz", modelci.Format("npz", unsafe=False))', "`formats` names 'npz' more than once",
+                    "name each format once"),
     "ListFramework": ('framework = ["numpy"]', "`framework` must be the name of a framework", "list ['numpy']"),
     "ObjectDomain": ("domain = object()", "`domain` must be a string", "object <object object"),
     # past the history's 40 characters PostgreSQL refused the whole run, after every workload had run

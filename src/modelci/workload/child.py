@@ -231,6 +231,10 @@ def formats_problem(formats: Any) -> str:
         if not isinstance(fmt, str) or name_problem(str(fmt)):
             return (f"`formats` holds {shown(fmt)}; a format name is a non-empty string of letters, digits and "
                     "_ . - + =, as the helper's formats (\"state_dict\", \"npz\") or a modelci.Format")
+    names = [str(fmt) for fmt in formats]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # each was saved, stored and checked once per mention, and a Format's `unsafe` could disagree
+        return f"`formats` names {', '.join(map(repr, twice))} more than once; name each format once"
     return ""
 
 
