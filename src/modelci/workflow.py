@@ -44,6 +44,10 @@ class NotStored(HarnessError):
         self.outcome = outcome
 
 
+#: how a run is stored when a signal came after every workload finished: whole, but the signal skipped its checks
+UNJUDGED = "complete; its checks and alarms did not run"
+
+
 class Interrupted(Exception):
     """A run cancelled (Ctrl-C, SIGTERM, SIGHUP: `cancel`): what finished is stored, marked interrupted.
 
@@ -51,9 +55,11 @@ class Interrupted(Exception):
     the command can still write its report files for it, marked interrupted.
     """
 
-    def __init__(self, run_id: int | None, outcome: RunOutcome | None = None):
+    def __init__(self, run_id: int | None, outcome: RunOutcome | None = None, stored_as: str = "interrupted"):
         how = f"interrupted by {cancel.signal_name()}"
-        super().__init__(f"{how}; run {run_id} stored as interrupted" if run_id else how)
+        # `stored_as`: complete when the signal came once every workload had finished (while the run was stored,
+        # or after it: its checks and alarms are what the signal skipped)
+        super().__init__(f"{how}; run {run_id} stored as {stored_as}" if run_id else how)
         self.run_id = run_id
         self.outcome = outcome
         #: set by `compare`: what each side finished (CompareOutcome, marked interrupted)
@@ -187,13 +193,19 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         outcome.reused = reused
         started = utcnow()
         if results and (interrupted or len(results) > reused):
-            # a signal that arrives while the run is stored waits for the transaction to end (`cancel.deferred`)
-            with _timed(timings, "ingest"), cancel.deferred():
-                outcome.run_id = _ingest(store, outcome, dict(
-                    target=target, environment=env, runner=config.runner, results=results,
-                    status="interrupted" if interrupted else "complete", suites=suite_specs, selection=pattern or "",
-                    command=command, started_at=started, purpose=purpose, parent_run_id=parent_run_id,
-                ))
+            # a signal that arrives while the run is stored waits for the transaction to end (`cancel.deferred`),
+            # and is raised once it has: the run is stored then, and the report files must say which it is
+            try:
+                with _timed(timings, "ingest"), cancel.deferred():
+                    outcome.run_id = _ingest(store, outcome, dict(
+                        target=target, environment=env, runner=config.runner, results=results,
+                        status="interrupted" if interrupted else "complete", suites=suite_specs,
+                        selection=pattern or "", command=command, started_at=started, purpose=purpose,
+                        parent_run_id=parent_run_id,
+                    ))
+            except KeyboardInterrupt:
+                raise Interrupted(outcome.run_id, _unjudged(outcome, results),
+                                  "interrupted" if interrupted else UNJUDGED) from None
         if interrupted:
             raise Interrupted(outcome.run_id, _unjudged(outcome, results))
         # saved models become compat records while the scratch folder still holds them; their inputs
@@ -202,7 +214,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             _after_ingest(config, store, target, env, results, suites, workloads, scratch, executor, outcome, alarms,
                           judge, pool)
         except KeyboardInterrupt:  # the run is stored; what is left (compat, checks, alarms) is skipped
-            raise Interrupted(outcome.run_id, _unjudged(outcome, results)) from None
+            raise Interrupted(outcome.run_id, _unjudged(outcome, results), UNJUDGED) from None
         return outcome
     finally:
         _finish(executor, pool)

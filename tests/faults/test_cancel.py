@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import time
 import xml.etree.ElementTree as ET
 
@@ -169,6 +170,39 @@ def test_a_compare_cancelled_while_a_runs_says_b_did_not_run(project):
     junit = ET.parse(project.root / "junit.xml").getroot()
     assert {p.get("name"): p.get("value") for p in junit.iter("property")}["interrupted"] == "true"
     assert "B did not run" in (project.root / "summary.md").read_text()
+    project.assert_clean(done)
+
+
+def test_a_signal_held_while_the_run_is_stored_still_writes_the_reports_naming_the_stored_run(project):
+    """SIGTERM while the run waits to be stored (another runner holds the history's write lock): the signal waits
+    for the transaction, and then the run is stored whole; the report files must be written for it and name it.
+    They were not: the command said only "interrupted" and wrote no report, for a run stored as complete."""
+    project.workloads(QUICK)
+    assert project.run().returncode == 0  # the history exists; the next run reads it, then waits to write
+    (project.root / "report.json").unlink()
+    holder = sqlite3.connect(project.db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # a writer of another runner, mid-transaction
+    try:
+        proc = project.start("run", "--target", "current", "--suite", "suite", "--json", "report.json")
+        for line in proc.stderr:  # the workload is done: what is left is storing the run
+            if "suite/Quick" in line:
+                break
+        time.sleep(1.0)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    out, err = proc.communicate(timeout=120)
+    done = type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode})
+    assert proc.returncode == 143, err
+    runs = project.stored("SELECT id, status FROM runs ORDER BY id")
+    assert [status for _, status in runs] == ["complete", "complete"]
+    assert f"run {runs[1][0]} stored as complete; its checks and alarms did not run" in err, err
+    report = project.report()
+    assert report["interrupted"] is True and report["run"]["id"] == runs[1][0]
+    assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok"}
     project.assert_clean(done)
 
 
