@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from modelci import cancel
     from modelci import config as config_module
-    from modelci.errors import UserError
+    from modelci.errors import HarnessError, UserError
     from modelci.report.console import console
 
     cancel.install()
@@ -87,15 +87,22 @@ def main(argv: list[str] | None = None) -> int:
         console(stderr=True).print(f"[yellow]interrupted ({cancel.signal_name()})[/]")
         return cancel.exit_code()
     except OSError as exc:
-        # a path given anywhere (a suite, --out, --db, a wheel, the cache) with a part of more than 255 bytes: the
-        # file system refuses it wherever it is first used, and each place would need its own check
-        if exc.errno != errno.ENAMETOOLONG:
-            raise
-        shown = str(exc.filename or "")
-        shown = shown if len(shown) <= 80 else f"{shown[:60]}...{shown[-16:]} ({len(shown)} characters)"
-        console(stderr=True).print(f"[red]error:[/] {escape(shown)}: a file name too long for the file system "
-                                   "(each part of a path holds at most 255 bytes); give a shorter path")
-        return UserError.exit_code
+        # a path given anywhere (a suite, --out, --db, a wheel, the cache) with a part of more than 255 bytes, or a
+        # disk that fills: the file system refuses it wherever it is first used, and each place would need its own
+        # check. Whatever was stored before stays: every store writes in a transaction, every report whole
+        shown = str(exc.filename2 or exc.filename or "")  # a copy's destination is its second file name
+        if exc.errno == errno.ENAMETOOLONG:
+            shown = shown if len(shown) <= 80 else f"{shown[:60]}...{shown[-16:]} ({len(shown)} characters)"
+            console(stderr=True).print(f"[red]error:[/] {escape(shown)}: a file name too long for the file system "
+                                       "(each part of a path holds at most 255 bytes); give a shorter path")
+            return UserError.exit_code
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            where = f" writing {shown}" if shown else ""
+            console(stderr=True).print(f"[red]error:[/] no space left{escape(where)} ({escape(exc.strerror or '')}); "
+                                       "free space there, or give a path on another disk. What was stored before "
+                                       "is kept")
+            return HarnessError.exit_code
+        raise
 
 
 def _check_utf8(argv: list[str]) -> None:

@@ -48,6 +48,16 @@ class NotStored(HarnessError):
 UNJUDGED = "complete; its checks and alarms did not run"
 
 
+class Unfinished(HarnessError):
+    """The run is stored (`outcome.run_id`), but a step after it failed: the artifact store took no outputs, or the
+    history refused the findings or the alarms. `outcome` holds the results, not judged, so that the command
+    still shows them and writes its report files; the message says what is stored and what is not."""
+
+    def __init__(self, message: str, outcome: RunOutcome):
+        super().__init__(message)
+        self.outcome = outcome
+
+
 class Interrupted(Exception):
     """A run cancelled (Ctrl-C, SIGTERM, SIGHUP: `cancel`): what finished is stored, marked interrupted.
 
@@ -215,6 +225,17 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                           judge, pool)
         except KeyboardInterrupt:  # the run is stored; what is left (compat, checks, alarms) is skipped
             raise Interrupted(outcome.run_id, _unjudged(outcome, results), UNJUDGED) from None
+        except Exception as exc:  # noqa: BLE001 - the kinds below; SQLAlchemy is imported by now (the store)
+            from sqlalchemy.exc import SQLAlchemyError
+
+            if isinstance(exc, HarnessError) or not isinstance(exc, (SQLAlchemyError, OSError, MemoryError)):
+                raise
+            # the history or the disk failed after the run was stored (a full disk, a server gone, no memory
+            # left): that was a traceback and exit 1, as for a regression, and no report file
+            why = f"{type(exc).__name__}: {str(getattr(exc, 'orig', None) or exc).strip().splitlines()[0][:300]}"
+            raise Unfinished(f"run {outcome.run_id} is stored, but its checks and alarms could not be finished "
+                             f"({why}); its results are shown and written to the report files unjudged. Fix that "
+                             "and the next run is judged as usual", _unjudged(outcome, results, False)) from None
         return outcome
     finally:
         _finish(executor, pool)
@@ -245,10 +266,11 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
             if lost:
                 names = ", ".join(r.workload for r in lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3
                                                                    else "")
-                raise HarnessError(f"the outputs of {names} could not be written: {lost[0].info['outputs_lost']}. "
-                                   f"The results are stored as run {run_id}, the outputs that were written with "
-                                   f"them, marked incomplete (no baseline, not compared; `modelci show {run_id}` "
-                                   "lists them)")
+                outcome.run_id = run_id
+                raise Unfinished(f"the outputs of {names} could not be written: {lost[0].info['outputs_lost']}. "
+                                 f"The results are stored as run {run_id}, the outputs that were written with "
+                                 f"them, marked incomplete (no baseline, not compared; `modelci show {run_id}` "
+                                 "lists them)", _unjudged(outcome, run["results"], False))
             return run_id
         except ArtifactWriteError as exc:
             why = f"not stored: {exc.what}"
@@ -257,9 +279,10 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
             run_id = store.ingest(**(run | {"results": kept, "status": INCOMPLETE}))
             for result, stored in zip(run["results"], kept):
                 result.id = stored.id
-            raise HarnessError(f"{exc.what}. The results are stored as run {run_id} without their output arrays, "
-                               f"marked incomplete (no baseline, not compared; `modelci show {run_id}` lists them); "
-                               f"{exc.fix}") from None
+            outcome.run_id = run_id
+            raise Unfinished(f"{exc.what}. The results are stored as run {run_id} without their output arrays, "
+                             f"marked incomplete (no baseline, not compared; `modelci show {run_id}` lists them); "
+                             f"{exc.fix}", _unjudged(outcome, run["results"], False)) from None
     except StoreWriteError as exc:
         outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in run["results"]]
         outcome.unstored = str(exc)
@@ -301,10 +324,11 @@ def failed_build(config: Config, store: Store, target: targets.Target, error: bu
     return outcome
 
 
-def _unjudged(outcome: RunOutcome, results: list[Result]) -> RunOutcome:
-    """The outcome of a cancelled run: what finished, with no baseline or findings, marked interrupted."""
+def _unjudged(outcome: RunOutcome, results: list[Result], interrupted: bool = True) -> RunOutcome:
+    """The outcome of a cancelled run (or, not `interrupted`, of one whose checks failed): what finished, with no
+    baseline or findings; marked interrupted when it was."""
     outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in results]
-    outcome.interrupted = True
+    outcome.interrupted = interrupted
     return outcome
 
 

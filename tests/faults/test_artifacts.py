@@ -48,6 +48,11 @@ def test_a_full_disk_keeps_the_results_without_their_arrays_and_says_so(project,
     # the results are not lost: stored without their arrays, in a run that is no baseline
     (run_id, status), = project.stored("SELECT id, status FROM runs WHERE id > ?", runs[-1][0])
     assert status == "incomplete" and f"stored as run {run_id} without their output arrays" in done.stderr
+    # shown and written to the report file as any run is (both were skipped: the error came before them)
+    assert "suite/Big" in done.stdout
+    report = project.report()
+    assert report["run"]["id"] == run_id and report["interrupted"] is False
+    assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok", "suite/Big": "ok"}
     stored = dict(project.stored("SELECT workload, status FROM results WHERE run_id = ?", run_id))
     assert stored == {"suite/Quick": "ok", "suite/Big": "ok"}
     assert project.stored("SELECT count(*) FROM outputs JOIN results ON results.id = outputs.result_id "
@@ -192,4 +197,37 @@ def test_an_artifact_store_that_cannot_be_used_is_refused_before_the_environment
     assert "artifact store" in done.stderr and says in done.stderr
     assert "preparing the environment" not in done.stderr
     assert not project.db.exists() or project.stored("SELECT count(*) FROM runs") == [(0,)]
+    project.assert_clean(done)
+
+
+def test_a_history_that_refuses_the_findings_after_the_run_is_stored_says_so_and_writes_the_reports(project):
+    """The history takes the run, then refuses what the checks found (here a trigger, as a full disk or a server
+    gone away would): the run is stored, the command says that its checks did not finish, exits 3 (not 1, a
+    regression) and writes the report files, unjudged. It was a traceback, exit 1 and no report."""
+    project.workloads(QUICK)
+    assert project.run().returncode == 0
+    with sqlite3.connect(project.db) as db:
+        db.execute("CREATE TRIGGER refuse_findings BEFORE INSERT ON findings "
+                   "BEGIN SELECT RAISE(FAIL, 'the disk is full (injected)'); END")
+    done = project.run("--junit", "junit.xml")
+    assert done.returncode == 3, done.stdout + done.stderr
+    (run_id, status), = project.stored("SELECT id, status FROM runs ORDER BY id DESC LIMIT 1")
+    assert status == "complete"
+    assert f"run {run_id} is stored, but its checks and alarms could not be finished" in done.stderr
+    assert "the disk is full (injected)" in done.stderr and "suite/Quick" in done.stdout
+    report = project.report()
+    assert report["run"]["id"] == run_id and [r["workload"] for r in report["results"]] == ["suite/Quick"]
+    assert all(r["findings"] == [] for r in report["results"])
+    assert (project.root / "junit.xml").exists()
+    project.assert_clean(done)
+
+
+def test_a_site_written_to_a_full_disk_is_a_message_not_a_traceback(project, small_disk):
+    """`report --out` on a disk too small for the site's assets: one line naming the file and what to do, exit 3."""
+    project.workloads(QUICK)
+    assert project.run().returncode == 0
+    done = project.cli("report", "--out", str(small_disk / "site"))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert f"no space left writing {small_disk}" in done.stderr  # where it writes, not what it copies
+    assert "free space there, or give a path on another disk" in done.stderr
     project.assert_clean(done)

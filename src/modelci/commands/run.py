@@ -103,6 +103,13 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
                     json_report.write(args.json_path, json_report.run_report(exc.outcome, True))
                 _write_report_files(args, exc.outcome)
         return EXIT_INTERRUPTED
+    except workflow.Unfinished as exc:  # the run is stored, a step after it failed: its results, not judged
+        views.render_run(exc.outcome, views.console())
+        with cancel.deferred(), files.writing(report_paths(args), stored(exc.outcome.run_id)):
+            if args.json_path:
+                json_report.write(args.json_path, json_report.run_report(exc.outcome, workflow.failed(exc.outcome)))
+            _write_report_files(args, exc.outcome)
+        raise HarnessError(str(exc)) from None
     except workflow.NotStored as exc:  # the results are shown and written to the report files: their only record
         views.render_run(exc.outcome, views.console())
         with cancel.deferred(), files.writing(report_paths(args), "nothing of the run is stored"):
