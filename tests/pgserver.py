@@ -70,6 +70,16 @@ class PostgresServer:
                   str(self.folder / "server.log"), "-o", options)
         return self
 
+    def restart(self) -> None:
+        """Restart the server as an administrator does (`pg_ctl restart -m fast`): every session is ended."""
+        # its log to the file, as at the start: on pg_ctl's output the server would hold the pipe read here open
+        self._run(pg_program("pg_ctl"), "restart", "-w", "-t", "60", "-m", "fast", "-D", str(self.folder / "data"),
+                  "-l", str(self.folder / "server.log"))
+
+    def halt(self) -> None:
+        """Stop the server as a crash or an administrator would, keeping its data (`stop` removes it too)."""
+        self._run(pg_program("pg_ctl"), "stop", "-w", "-m", "fast", "-D", str(self.folder / "data"))
+
     def stop(self) -> None:
         if (self.folder / "data" / "postmaster.pid").exists():
             self._run(pg_program("pg_ctl"), "stop", "-w", "-m", "fast", "-D", str(self.folder / "data"))

@@ -3,6 +3,7 @@ PostgreSQL server, never lose a run; bad database settings are a message, never 
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -345,3 +346,111 @@ def test_opening_a_current_history_checks_alembics_head_without_importing_alembi
              "print(store.schema.revision, 'alembic' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == [migrate.HEAD, "False"], done.stderr
+
+
+@pytest.mark.slow
+def test_a_server_that_takes_the_connection_and_never_answers_is_a_message_not_a_hang(tmp_path):
+    """A hung server (its postmaster stopped: the kernel still accepts the connection) kept every command waiting
+    before it began, for ever; the connect is bounded now (store.PG_CONNECT_ARGS), and the message says why."""
+    import signal
+    import time
+
+    from pgserver import PostgresServer
+
+    from modelci.store import PG_CONNECT_ARGS
+
+    server = PostgresServer().start()
+    try:
+        url = server.database()
+        postmaster = int((server.folder / "data" / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            code, out = cli(tmp_path, url)
+            took = time.monotonic() - began
+        finally:
+            os.kill(postmaster, signal.SIGCONT)
+        assert code == 3 and "cannot open the history database" in out, out
+        assert "did not answer: is it up, not overloaded" in out, out
+        assert took < PG_CONNECT_ARGS["connect_timeout"] + 30, took  # a bound, not for ever
+        code, out = cli(tmp_path, url)  # the same server, answering again: an empty history
+        assert code != 3 and "cannot open" not in out, out
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_run_whose_server_restarts_as_it_is_stored_is_stored_once_the_server_is_back(tmp_path):
+    """The server restarts (an administrator, a failover) just as a run is stored: the transaction is rolled back,
+    and the run is stored again once the server answers, not lost after its workloads ran."""
+    import time
+
+    import psycopg
+    from pgserver import PostgresServer
+
+    suite = tmp_path / "tiny"
+    suite.mkdir()
+    (suite / "models.py").write_text(SUITE)
+    server = PostgresServer().start()
+    try:
+        url = server.database()
+        assert finish(modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine"))[0] == 0
+        holder = psycopg.connect(f"host=127.0.0.1 port={server.port} user=postgres dbname={url.rsplit('/', 1)[1]}")
+        holder.execute("LOCK TABLE runs IN EXCLUSIVE MODE")  # reads go on; the next run's insert waits
+        process = modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine")
+        for line in process.stderr:  # the workload is done: the run is being stored, behind the lock
+            if "tiny/Fine" in line:
+                break
+        time.sleep(1.0)
+        server.restart()  # ends every session: the holder's, and the run's mid-transaction
+        holder.close()
+        code, out, err = finish(process)
+        assert code == 0, out + err
+        assert "Traceback" not in err and "not stored" not in out + err, err
+        with psycopg.connect(f"host=127.0.0.1 port={server.port} user=postgres dbname={url.rsplit('/', 1)[1]}") as db:
+            assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("complete",), ("complete",)]
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_cancel_while_the_store_waits_for_a_server_that_is_gone_ends_at_once_with_the_reports(tmp_path):
+    """The server goes down as the run is stored, and the CI job is cancelled while the store waits to try again:
+    the command must not wait out its retries (a grace period ends in seconds), and says that nothing is stored,
+    with the results in the report file."""
+    import signal
+    import time
+
+    import psycopg
+    from pgserver import PostgresServer
+
+    suite = tmp_path / "tiny"
+    suite.mkdir()
+    (suite / "models.py").write_text(SUITE)
+    server = PostgresServer().start()
+    try:
+        url = server.database()
+        assert finish(modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine"))[0] == 0
+        holder = psycopg.connect(f"host=127.0.0.1 port={server.port} user=postgres dbname={url.rsplit('/', 1)[1]}")
+        holder.execute("LOCK TABLE runs IN EXCLUSIVE MODE")
+        process = modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine",
+                          "--json", str(tmp_path / "report.json"))
+        for line in process.stderr:
+            if "tiny/Fine" in line:
+                break
+        time.sleep(1.0)
+        server.halt()  # gone, and it stays gone: the store tries again, and again
+        holder.close()
+        time.sleep(3.0)
+        assert process.poll() is None  # still trying
+        process.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        code, out, err = finish(process, timeout=60)
+        assert time.monotonic() - began < 5.0  # not the rest of its minute of retries
+        assert code == 143, out + err
+        assert "interrupted by SIGTERM; nothing of the run is stored" in err and "Traceback" not in err, err
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert report["run"] is None or report["run"]["id"] is None, report["run"]
+        assert [r["workload"] for r in report["results"]] == ["tiny/Fine"]
+    finally:
+        server.stop()

@@ -67,6 +67,9 @@ class Interrupted(Exception):
 
     def __init__(self, run_id: int | None, outcome: RunOutcome | None = None, stored_as: str = "interrupted"):
         how = f"interrupted by {cancel.signal_name()}"
+        unstored = getattr(outcome, "unstored", "")
+        if unstored:  # the history refused the run, and the signal came meanwhile (a retry's wait)
+            how += f"; nothing of the run is stored ({unstored})"
         # `stored_as`: complete when the signal came once every workload had finished (while the run was stored,
         # or after it: its checks and alarms are what the signal skipped)
         super().__init__(f"{how}; run {run_id} stored as {stored_as}" if run_id else how)
@@ -287,6 +290,7 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
         outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in run["results"]]
         outcome.unstored = str(exc)
         fix = ("free space for the history (or point db elsewhere) and run again" if exc.full
+               else "run again once the server answers" if exc.lost
                else "fix what the history refused and run again")
         raise NotStored(f"{exc}. Nothing of this run is stored; {fix}", outcome) from None
 

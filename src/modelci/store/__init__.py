@@ -6,7 +6,9 @@ marked `interrupted` (docs/design.md, "Storage").
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -19,10 +21,11 @@ from urllib.parse import quote, unquote
 from sqlalchemy import create_engine, distinct, event, func, insert, inspect, make_url, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 import modelci
+from modelci import cancel
 from modelci.errors import HarnessError, UserError
 from modelci.targets import label as target_label, order_key
 from modelci.records import Metric, Result, clean, clean_result, clean_text
@@ -65,11 +68,41 @@ INCOMPLETE = "incomplete"
 
 class StoreWriteError(HarnessError):
     """The history database refused a run (a full disk, a server gone away): nothing of the run is in it. `full`
-    says whether it was for want of space (SQLite's SQLITE_FULL, PostgreSQL's disk_full or quota errors)."""
+    says whether it was for want of space (SQLite's SQLITE_FULL, PostgreSQL's disk_full or quota errors), `lost`
+    whether the server went away or could not be reached (and stayed so while `ingest` tried again)."""
 
-    def __init__(self, message: str, full: bool) -> None:
+    def __init__(self, message: str, full: bool, lost: bool = False) -> None:
         super().__init__(message)
-        self.full = full
+        self.full, self.lost = full, lost
+
+
+#: how long `ingest` tries again to store a run whose PostgreSQL connection was lost (a restart, a failover): the
+#: hour of workloads it holds is worth a minute's wait, and a server back within it loses nothing
+STORE_RETRY_S = 60.0
+#: PostgreSQL's SQLSTATEs of a connection lost (class 08) or ended by the server going down (57P01 admin shutdown,
+#: 57P02 crash shutdown, 57P03 cannot connect now: starting up)
+_PG_LOST = ("57P01", "57P02", "57P03")
+
+
+def _pause(seconds: float) -> None:
+    """Sleep, but no longer than until a cancelling signal arrives: one held while the run is stored (`cancel`)
+    must not wait out a retry's back-off, or a CI system's grace period may end first."""
+    deadline = time.monotonic() + seconds
+    while cancel.received() is None and time.monotonic() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def _connection_lost(exc: SQLAlchemyError) -> bool:
+    """Whether `exc` says the server went away or could not be reached (so that trying again may store the run),
+    rather than that it refused what was written (a constraint, a full disk: trying again would fail the same)."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None)
+    if state:
+        return state.startswith("08") or state in _PG_LOST
+    # psycopg's own errors of a connection that failed or broke carry no SQLSTATE
+    return isinstance(exc, OperationalError)
 
 
 #: SQLite's words for SQLITE_FULL, and PostgreSQL's SQLSTATEs for a full disk or an exhausted resource
@@ -192,15 +225,26 @@ def row_id(value: str | int) -> int | None:
     return number if 0 < number < 2**63 else None
 
 
+#: libpq's settings for a PostgreSQL history, unless its URL sets them: a bounded connect (a server that accepts
+#: and never answers, a hung postmaster, kept `run` waiting before any workload, for ever), and TCP keepalives
+#: and a user timeout, so that a server whose host went away (a crash, a partition) ends a query in about a
+#: minute, not the kernel's 15 minutes or more
+PG_CONNECT_ARGS = {"connect_timeout": 15, "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                   "keepalives_count": 3, "tcp_user_timeout": 60_000}
+
+
 def make_engine(url: str) -> Engine:
     """The engine of a database URL; an unknown dialect or a driver that is not installed is a UserError.
 
     A server's connections are tested before each use (`pool_pre_ping`) and made again when dead: the store
     connects before the workloads run, and a server restart, a failover or a proxy's idle timeout while they ran
-    left a dead connection in the pool, which refused the whole run at the end."""
+    left a dead connection in the pool, which refused the whole run at the end. They are bounded in time too
+    (PG_CONNECT_ARGS), where the URL does not say otherwise."""
     try:
-        if make_url(url).get_backend_name() == "postgresql":
-            return create_engine(url, pool_pre_ping=True)
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "postgresql":
+            chosen = {k: v for k, v in PG_CONNECT_ARGS.items() if k not in parsed.query}
+            return create_engine(url, pool_pre_ping=True, connect_args=chosen)
         return create_engine(url)
     except NoSuchModuleError:
         raise UserError(f"{make_url(url).drivername!r} in db = {url} is not a database modelci can use; give "
@@ -358,7 +402,11 @@ class Store:
                                 "written (SQLite keeps its journal beside it); give a db in a folder you can write. "
                                 "`history`, `show`, `alarms` and `report` can read it where it is") from None
             # a refused connection, a file that is not a database, a server gone away: the harness cannot run
-            raise HarnessError(f"cannot open the history database {self.shown}: {_first_line(exc.orig)}") from None
+            why = _first_line(exc.orig)
+            if "timeout expired" in why:
+                why += (" (the server took the connection and did not answer: is it up, not overloaded, and is "
+                        "that its port?)")
+            raise HarnessError(f"cannot open the history database {self.shown}: {why}") from None
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -390,29 +438,48 @@ class Store:
         suites, selection, command = [clean_text(s) for s in suites or []], clean_text(selection), clean_text(command)
         # blobs first: content-addressed, so a blob without a row is harmless, a row without a blob is not
         digests = [{name: self.artifacts.put_array(array) for name, array in r.outputs.items()} for r in results]
-        try:
-            with self.sessions.begin() as session:
-                target_row = self._target_row(session, target)
-                stored_fingerprint = self._environment_row(session, environment)
-                run = RunRow(
-                    target_id=target_row.id, environment_id=environment.id, runner=runner, status=status,
-                    suites=list(suites or []), selection=selection, command=command,
-                    modelci_version=modelci.__version__, started_at=started_at or utcnow(), finished_at=utcnow(),
-                )
-                session.add(run)
-                session.flush()
-                if environment.fingerprint and stored_fingerprint != environment.fingerprint:
-                    session.add(RunFingerprintRow(run_id=run.id, fingerprint=environment.fingerprint))
-                if purpose:
-                    session.add(RunLinkRow(run_id=run.id, parent_run_id=parent_run_id, purpose=purpose))
-                ids = self._insert_results(session, run.id, results, digests)
-                for result, result_id in zip(results, ids):
-                    result.id = result_id
-                return run.id
-        except SQLAlchemyError as exc:
-            orig = getattr(exc, "orig", None) or exc
-            full = _SQLITE_FULL in str(orig) or getattr(orig, "sqlstate", None) in _PG_FULL
-            raise StoreWriteError(f"could not store the run in {self.shown}: {_first_line(orig)}", full) from None
+        began = time.monotonic()
+        for attempt in itertools.count(1):
+            try:
+                return self._ingest_once(target, environment, runner, results, digests, status, suites, selection,
+                                         command, started_at, purpose, parent_run_id)
+            except SQLAlchemyError as exc:
+                orig = getattr(exc, "orig", None) or exc
+                waited = time.monotonic() - began
+                # a server restarted, failed over or briefly away as the run was stored: the transaction was rolled
+                # back whole, so it is tried again, for a while; a cancelled command does not wait for it
+                if (self.engine.dialect.name == "postgresql" and _connection_lost(exc)
+                        and waited < STORE_RETRY_S and cancel.received() is None):
+                    _pause(min(2.0 ** (attempt - 1), STORE_RETRY_S - waited, 8.0))
+                    continue
+                full = _SQLITE_FULL in str(orig) or getattr(orig, "sqlstate", None) in _PG_FULL
+                tried = f" (tried {attempt} times over {waited:.0f} s)" if attempt > 1 else ""
+                raise StoreWriteError(f"could not store the run in {self.shown}{tried}: {_first_line(orig)}",
+                                      full, self.engine.dialect.name == "postgresql" and _connection_lost(exc)) from None
+        raise AssertionError("unreachable")
+
+    def _ingest_once(self, target: Any, environment: Any, runner: str, results: list[Result],
+                     digests: list[dict[str, Any]], status: str, suites: list[str], selection: str, command: str,
+                     started_at: datetime | None, purpose: str, parent_run_id: int | None) -> int:
+        """One transaction of `ingest`."""
+        with self.sessions.begin() as session:
+            target_row = self._target_row(session, target)
+            stored_fingerprint = self._environment_row(session, environment)
+            run = RunRow(
+                target_id=target_row.id, environment_id=environment.id, runner=runner, status=status,
+                suites=list(suites or []), selection=selection, command=command,
+                modelci_version=modelci.__version__, started_at=started_at or utcnow(), finished_at=utcnow(),
+            )
+            session.add(run)
+            session.flush()
+            if environment.fingerprint and stored_fingerprint != environment.fingerprint:
+                session.add(RunFingerprintRow(run_id=run.id, fingerprint=environment.fingerprint))
+            if purpose:
+                session.add(RunLinkRow(run_id=run.id, parent_run_id=parent_run_id, purpose=purpose))
+            ids = self._insert_results(session, run.id, results, digests)
+            for result, result_id in zip(results, ids):
+                result.id = result_id
+            return run.id
 
     def insert_ignoring_duplicates(self, table: Any) -> Any:
         """An INSERT that skips a row whose key is stored already (ON CONFLICT DO NOTHING): of two runners
