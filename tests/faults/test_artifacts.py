@@ -231,3 +231,19 @@ def test_a_site_written_to_a_full_disk_is_a_message_not_a_traceback(project, sma
     assert f"no space left writing {small_disk}" in done.stderr  # where it writes, not what it copies
     assert "free space there, or give a path on another disk" in done.stderr
     project.assert_clean(done)
+
+
+def test_an_environment_that_finds_no_room_in_the_cache_says_so(project, small_disk, tmp_path):
+    """uv fails for want of space under cache_dir: the message names the disk and what to do, exit 3. It was
+    exit 2 with the advice to check the requirement and the package index, which are not at fault."""
+    from fakewheels import build_fake_wheel
+
+    wheel = build_fake_wheel(tmp_path / "wheels", "roomless", "1.0", {"roomless/__init__.py": "x = 1\n"})
+    (small_disk / "fill").write_bytes(b"\0" * (200 * 1024))  # of 256 KiB, about 50 left: not enough for uv
+    project.extra_env["MODELCI_CACHE_DIR"] = str(small_disk / "cache")
+    project.workloads(QUICK)
+    done = project.cli("run", "--target", str(wheel), "--suite", "suite")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "uv found no room on the disk of the environments' cache" in done.stderr, done.stderr
+    assert "No space left on device" in done.stderr and "Check the requirement" not in done.stderr
+    project.assert_clean(done)
