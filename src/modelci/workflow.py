@@ -114,6 +114,9 @@ class RunOutcome:
     interrupted: bool = False
     #: why the run could not be stored (NotStored), or "": `comparisons` then hold what finished, not judged
     unstored: str = ""
+    #: False when no check ran on the results (cancelled, not stored, or the history failed after storing them):
+    #: an empty list of findings then means nothing, not a pass
+    judged: bool = True
 
     @property
     def results(self) -> list[Result]:
@@ -287,7 +290,7 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
                              f"marked incomplete (no baseline, not compared; `modelci show {run_id}` lists them); "
                              f"{exc.fix}", _unjudged(outcome, run["results"], False)) from None
     except StoreWriteError as exc:
-        outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in run["results"]]
+        _unjudged(outcome, run["results"], False)
         outcome.unstored = str(exc)
         fix = ("free space for the history (or point db elsewhere) and run again" if exc.full
                else "run again once the server answers" if exc.lost
@@ -333,6 +336,7 @@ def _unjudged(outcome: RunOutcome, results: list[Result], interrupted: bool = Tr
     baseline or findings; marked interrupted when it was."""
     outcome.comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in results]
     outcome.interrupted = interrupted
+    outcome.judged = False
     return outcome
 
 

@@ -121,7 +121,8 @@ def test_a_history_on_a_full_disk_shows_and_reports_the_results_it_could_not_sto
     # said: on the console, and in the report files, with no run id
     assert "run not stored (not compared)" in done.stdout and "suite/Filler" in done.stdout
     report = project.report()
-    assert report["run"]["id"] is None
+    assert report["run"]["id"] is None and report["judged"] is False
+    assert "not judged" in done.stdout and "none yet" not in done.stdout  # not "ok" with no baseline: unjudged
     assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok", "suite/Filler": "ok"}
     assert "not stored (the history refused it), not compared" in (project.root / "summary.md").read_text()
     (history_disk / "filler").unlink()
@@ -206,6 +207,7 @@ def test_a_history_that_refuses_the_findings_after_the_run_is_stored_says_so_and
     regression) and writes the report files, unjudged. It was a traceback, exit 1 and no report."""
     project.workloads(QUICK)
     assert project.run().returncode == 0
+    assert project.report()["judged"] is True
     with sqlite3.connect(project.db) as db:
         db.execute("CREATE TRIGGER refuse_findings BEFORE INSERT ON findings "
                    "BEGIN SELECT RAISE(FAIL, 'the disk is full (injected)'); END")
@@ -217,7 +219,9 @@ def test_a_history_that_refuses_the_findings_after_the_run_is_stored_says_so_and
     assert "the disk is full (injected)" in done.stderr and "suite/Quick" in done.stdout
     report = project.report()
     assert report["run"]["id"] == run_id and [r["workload"] for r in report["results"]] == ["suite/Quick"]
-    assert all(r["findings"] == [] for r in report["results"])
+    # no finding because none was judged, which the report says: an empty list alone would read as a pass
+    assert all(r["findings"] == [] for r in report["results"]) and report["judged"] is False
+    assert "not judged" in done.stdout
     assert (project.root / "junit.xml").exists()
     project.assert_clean(done)
 

@@ -27,7 +27,7 @@ def test_a_cancelled_run_stores_and_reports_what_finished(project, signum, code)
     assert proc.returncode == code, err
     assert f"interrupted by {signal.Signals(signum).name}" in err
     report = project.report()
-    assert report["interrupted"] is True
+    assert report["interrupted"] is True and report["judged"] is False
     assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok"}
     runs = project.stored("SELECT id, status FROM runs")
     assert [status for _, status in runs] == ["interrupted"]

@@ -188,6 +188,7 @@ def render_run(outcome: Any, out: Console) -> None:
     columns = ["workload", "status", "train (median step)", "infer (median)", "peak RSS", "baseline", "verdict"]
     for column in columns + (["saved"] if saving else []):
         table.add_column(column)
+    judged = getattr(outcome, "judged", True)  # unjudged, an empty list of findings is no "ok"
     for comparison in outcome.comparisons:
         result = comparison.result
         base = comparison.baseline
@@ -195,17 +196,17 @@ def render_run(outcome: Any, out: Console) -> None:
             escape(result.workload), f"[{STATUS_STYLE.get(result.status, '')}]{result.status}[/]",
             _fmt(_median(result, "time.train"), "s"), _fmt(_median(result, "time.infer"), "s"),
             _fmt(_median(result, "mem.peak_rss"), "bytes"),
-            f"result {base.id}" if base is not None else "none yet",
-            _verdict_summary(comparison.findings),
+            (f"result {base.id}" if base is not None else "none yet") if judged else "-",
+            _verdict_summary(comparison.findings) if judged else "[dim]not judged[/]",
             *([saved_summary(result)] if saving else []),
         )
     out.print(table)
     stored = not getattr(outcome, "unstored", "")  # a run not stored has no baselines, and is no reference
-    if stored:
+    if stored and judged:
         render_baseline_rules(outcome.comparisons, out)
     render_saves(outcome.comparisons, out)
     render_problems(outcome.comparisons, out)
-    if stored and outcome.comparisons and all(c.baseline is None for c in outcome.comparisons):
+    if stored and judged and outcome.comparisons and all(c.baseline is None for c in outcome.comparisons):
         out.print("\nno baseline yet for these workloads on this runner: this run becomes the reference; it passes "
                   "unless a workload failed.")
 

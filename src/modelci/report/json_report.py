@@ -81,7 +81,7 @@ def alarm_entries(report: Any) -> list[dict[str, Any]]:
 def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
     """The report of `modelci run`."""
     return {"schema": SCHEMA, "kind": "run", "regressed": regressed, "interrupted": outcome.interrupted,
-            "run": run_section(outcome), "results": result_entries(outcome.comparisons),
+            "judged": getattr(outcome, "judged", True), "run": run_section(outcome), "results": result_entries(outcome.comparisons),
             "alarms": alarm_entries(outcome.alarms)}
 
 
