@@ -251,3 +251,29 @@ def test_an_environment_that_finds_no_room_in_the_cache_says_so(project, small_d
     assert "uv found no room on the disk of the environments' cache" in done.stderr, done.stderr
     assert "No space left on device" in done.stderr and "Check the requirement" not in done.stderr
     project.assert_clean(done)
+
+
+def test_a_history_that_cannot_be_opened_on_a_full_disk_names_the_disk(project, history_disk):
+    """SQLite says only "disk I/O error" when it cannot make its journal files on a full disk; the message names
+    the disk's free space, and nothing of the history is lost."""
+    db = history_disk / "history.db"
+    project.config(f'db = "{db}"')
+    project.workloads(QUICK)
+    assert project.run().returncode == 0
+    for name in ("history.db-wal", "history.db-shm"):
+        (history_disk / name).unlink(missing_ok=True)
+    with open(history_disk / "fill", "wb") as fill:  # the whole disk, as another job on the machine would
+        try:
+            while True:
+                fill.write(b"\0" * 65536)
+                fill.flush()
+        except OSError:
+            pass
+    done = project.run()
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "cannot open the history database" in done.stderr
+    assert "KiB free: free space there, or give a db elsewhere" in done.stderr, done.stderr
+    (history_disk / "fill").unlink()
+    with sqlite3.connect(db) as stored:
+        assert stored.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+    project.assert_clean(done)

@@ -84,6 +84,21 @@ STORE_RETRY_S = 60.0
 _PG_LOST = ("57P01", "57P02", "57P03")
 
 
+#: less free space than this beside a SQLite history that cannot be opened is named as the likely reason
+LOW_DISK_BYTES = 1 << 20
+
+
+def _free_bytes(path: Path | None) -> int | None:
+    """The bytes free to this user on the disk of `path` (a SQLite file, which may not exist yet), or None."""
+    if path is None:
+        return None
+    try:
+        stats = os.statvfs(path if path.exists() else path.parent)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
 def _pause(seconds: float) -> None:
     """Sleep, but no longer than until a cancelling signal arrives: one held while the run is stored (`cancel`)
     must not wait out a retry's back-off, or a CI system's grace period may end first."""
@@ -403,6 +418,9 @@ class Store:
                                 "`history`, `show`, `alarms` and `report` can read it where it is") from None
             # a refused connection, a file that is not a database, a server gone away: the harness cannot run
             why = _first_line(exc.orig)
+            free = _free_bytes(sqlite_file(self.url))
+            if free is not None and free < LOW_DISK_BYTES:  # SQLite says "disk I/O error" of a full disk
+                why += f" (the disk holding it has {free // 1024} KiB free: free space there, or give a db elsewhere)"
             if "timeout expired" in why:
                 why += (" (the server took the connection and did not answer: is it up, not overloaded, and is "
                         "that its port?)")
