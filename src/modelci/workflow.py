@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from modelci import builds, cancel, checks, envs, execute, steps, targets
+from modelci import builds, cancel, checks, envs, execute, journal, steps, targets
 from modelci.config import Config
 from modelci.errors import HarnessError, UserError
 from modelci.execute import forked, local
@@ -202,26 +202,34 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         outcome = RunOutcome(run_id=None, target=target, environment=env, runner=config.runner, timings=timings)
         all_found = [WorkloadInfo.from_json(w) for w in found["workloads"]]
         results = steps.error_results(errors, suites, all_found)
-        with _timed(timings, "execute"):
-            results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch, results,
-                                                    reuse, progress, executor=executor)
-        timings.update(executor.timings)
-        outcome.reused = reused
-        started = utcnow()
-        if results and (interrupted or len(results) > reused):
-            # a signal that arrives while the run is stored waits for the transaction to end (`cancel.deferred`),
-            # and is raised once it has: the run is stored then, and the report files must say which it is
-            try:
-                with _timed(timings, "ingest"), cancel.deferred():
-                    outcome.run_id = _ingest(store, outcome, dict(
-                        target=target, environment=env, runner=config.runner, results=results,
-                        status="interrupted" if interrupted else "complete", suites=suite_specs,
-                        selection=pattern or "", command=command, started_at=started, purpose=purpose,
-                        parent_run_id=parent_run_id,
-                    ))
-            except KeyboardInterrupt:
-                raise Interrupted(outcome.run_id, _unjudged(outcome, results),
-                                  "interrupted" if interrupted else UNJUDGED) from None
+        run_fields = dict(target=target, environment=env, runner=config.runner, suites=suite_specs,
+                          selection=pattern or "", command=command, started_at=utcnow(), purpose=purpose,
+                          parent_run_id=parent_run_id)
+        with _timed(timings, "store"):
+            # the results of a run killed outright (SIGKILL) before it was stored, kept by its journal
+            journal.recover_safely(config.cache_dir, store, progress.note)
+            kept = journal.start(config.cache_dir, store, run_fields, progress.note)
+        try:
+            with _timed(timings, "execute"):
+                results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch,
+                                                        results, reuse, progress, executor=executor, journal=kept)
+            timings.update(executor.timings)
+            outcome.reused = reused
+            if results and (interrupted or len(results) > reused):
+                # a signal that arrives while the run is stored waits for the transaction to end
+                # (`cancel.deferred`), and is raised once it has: the run is stored then, and the report files
+                # must say which it is
+                try:
+                    with _timed(timings, "ingest"), cancel.deferred():
+                        outcome.run_id = _ingest(store, outcome, dict(
+                            run_fields, results=results, status="interrupted" if interrupted else "complete",
+                            started_at=utcnow()))
+                except KeyboardInterrupt:
+                    raise Interrupted(outcome.run_id, _unjudged(outcome, results),
+                                      "interrupted" if interrupted else UNJUDGED) from None
+        finally:
+            if kept is not None:  # stored, refused (and said), or cut by an error: only a SIGKILL leaves it
+                kept.close()
         if interrupted:
             raise Interrupted(outcome.run_id, _unjudged(outcome, results))
         # saved models become compat records while the scratch folder still holds them; their inputs
@@ -495,7 +503,8 @@ class WorkerPool:
 
 def _execute(config: Config, store: Store, target: targets.Target, env: envs.Environment,
              suites: dict[str, Path], workloads: list[WorkloadInfo], scratch: Path, results: list[Result],
-             reuse: bool, progress: Any, executor: Executor | None = None) -> tuple[list[Result], int, bool]:
+             reuse: bool, progress: Any, executor: Executor | None = None,
+             journal: Any = None) -> tuple[list[Result], int, bool]:
     """Execute each workload (or reuse a stored result); Ctrl-C stops here and keeps what finished.
 
     Without `executor` one is made for `env` (its worker starts at the first workload) and closed at the end.
@@ -504,7 +513,7 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
     if executor is None:
         with _executor(config, env, target, scratch) as own:
             return _execute(config, store, target, env, suites, workloads, scratch, results, reuse, progress,
-                            executor=own)
+                            executor=own, journal=journal)
     reused = 0
     settings = measured_with(config)
     progress.start(len(workloads))
@@ -526,6 +535,8 @@ def _execute(config: Config, store: Store, target: targets.Target, env: envs.Env
             for result in running:
                 result.info["settings"] = settings
                 results.append(result)
+                if journal is not None:  # on the disk, for a run killed before it is stored
+                    journal.add(result)
                 progress.done(result.workload, result)
         finally:
             getattr(running, "close", lambda: None)()  # an executor ends the work it still has (cancelled)

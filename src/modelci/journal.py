@@ -1,0 +1,187 @@
+"""The journal of a run in progress: each result on the local disk as it finishes, so that a run killed outright
+loses nothing that finished.
+
+A cancel (SIGTERM, SIGINT, SIGHUP) stores what finished before the command ends (`cancel`). SIGKILL cannot be
+caught: a CI system sends it when its grace period is spent, the kernel's OOM killer sends it, and a runner's
+machine may simply go down. The results of an hour of workloads were then in memory only, and lost. Now `run`
+writes each fresh result to a journal under `cache_dir/journals/<id>/` as it arrives (one pickle per result, the
+output arrays with it, written under a temporary name and renamed, so a result is in the journal whole or not at
+all), and removes the journal once the run is stored. The next `run` on the same history finds a journal whose
+owner is gone, stores its results as a run marked `interrupted` (as a cancelled run is: no baseline, its results
+reusable), says so, and removes it.
+
+Whether the owner is gone is told by a lock, not a process id: the run holds an exclusive `flock` on the
+journal's `owner.lock` for its life, and the kernel releases it however the process ends, so a journal is never
+taken from a run that is still going (on this machine or another sharing the cache folder through a file system
+that honours `flock`), and a process id reused by the system cannot fool it.
+
+A journal names its history by a digest of the database URL, so a run on another history leaves it alone; one
+written by another modelci version is kept and named, not read (its pickles may not load). A SIGKILL between the
+commit that stores a run and the removal of its journal (a few milliseconds) would store its results twice when
+recovered; a duplicate run is the lesser harm.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import modelci
+
+#: the folder of the journals, under cache_dir
+FOLDER = "journals"
+OWNER_LOCK = "owner.lock"
+META = "meta.json"
+RESULT_SUFFIX = ".result"
+
+
+def history_key(url: str) -> str:
+    """The digest that names a history in a journal (the URL itself may hold a password)."""
+    return hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+class Journal:
+    """The journal of one run in progress; `add` each fresh result, `close` once the run is stored (or refused)."""
+
+    def __init__(self, cache_dir: Path | str, url: str, run: dict[str, Any],
+                 log: Callable[[str], object] = print):
+        """`run` holds what storing the run needs besides its results: target, environment, runner, suites,
+        selection, command, started_at (Store.ingest's arguments)."""
+        self._log, self.failed = log, ""
+        self.folder = Path(cache_dir) / FOLDER / uuid.uuid4().hex
+        self.folder.mkdir(parents=True)
+        self._owner = open(self.folder / OWNER_LOCK, "w")  # noqa: SIM115 - held for the run's life
+        fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._count = 0
+        _write(self.folder / "run.pickle", pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
+        meta = {"history": history_key(url), "modelci_version": modelci.__version__, "pid": os.getpid(),
+                "host": os.uname().nodename, "runner": run.get("runner", ""), "command": run.get("command", "")}
+        _write(self.folder / META, json.dumps(meta).encode())
+
+    def add(self, result: Any) -> None:
+        """Keep one fresh result (with its outputs) until the run is stored. A journal that cannot be written (a
+        full disk) stops keeping results and says so once; the run itself goes on."""
+        if self.failed:
+            return
+        self._count += 1
+        try:
+            _write(self.folder / f"{self._count:06d}{RESULT_SUFFIX}",
+                   pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            self._log(f"the run's journal in {self.folder} stopped ({self.failed}): a SIGKILL before the run is "
+                      "stored would lose its results")
+
+    def close(self) -> None:
+        """The run is stored (or the history refused it, and said so): the journal goes."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self._owner.close()
+
+
+def start(cache_dir: Path | str, store: Any, run: dict[str, Any], log: Callable[[str], object]) -> Journal | None:
+    """The journal of a run about to execute, or None (said) when it cannot be made: the run goes on without."""
+    try:
+        return Journal(cache_dir, store.url, run, log)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
+        log(f"no journal for this run ({type(exc).__name__}: {exc}): a SIGKILL before it is stored would lose its "
+            "results")
+        return None
+
+
+def recover_safely(cache_dir: Path | str, store: Any, log: Callable[[str], object]) -> list[int]:
+    """`recover`, for a run about to start: a journal that cannot be stored now (the history refuses it) is kept
+    for a later run and said, and never stops this one."""
+    try:
+        return recover(cache_dir, store.url, store, log)
+    except Exception as exc:  # noqa: BLE001 - the run that found it must still run
+        log(f"could not store the results of a killed run kept under {Path(cache_dir) / FOLDER} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); they are kept for the next run")
+        return []
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write `path` whole: under a temporary name, flushed to the disk, then renamed."""
+    part = path.with_name(path.name + ".part")
+    with open(part, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(part, path)
+
+
+def recover(cache_dir: Path | str, url: str, store: Any, log: Callable[[str], object]) -> list[int]:
+    """Store the journals of `url`'s history whose runs were killed, each as an `interrupted` run; the ids of
+    the runs stored. A journal that cannot be read is named and kept; one of another history is left alone."""
+    root = Path(cache_dir) / FOLDER
+    if not root.is_dir():
+        return []
+    stored = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        owner = _take(folder)
+        if owner is None:  # its run is still going
+            continue
+        try:
+            run_id = _recover_one(folder, url, store, log)
+        finally:
+            owner.close()
+        if run_id is not None:
+            stored.append(run_id)
+    return stored
+
+
+def _take(folder: Path) -> Any:
+    """The journal's owner lock, taken (its run is gone), or None while its run holds it."""
+    try:
+        owner = open(folder / OWNER_LOCK, "a")  # noqa: SIM115 - closed by the caller
+    except OSError:
+        return None
+    try:
+        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        owner.close()
+        return None
+    return owner
+
+
+def _recover_one(folder: Path, url: str, store: Any, log: Callable[[str], object]) -> int | None:
+    try:
+        meta = json.loads((folder / META).read_text())
+    except (OSError, ValueError):
+        # killed before it wrote its meta: it holds no result either
+        if not any(folder.glob(f"*{RESULT_SUFFIX}")):
+            shutil.rmtree(folder, ignore_errors=True)
+        return None
+    if meta.get("history") != history_key(url):
+        return None
+    results_files = sorted(folder.glob(f"*{RESULT_SUFFIX}"))
+    if not results_files:
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    if meta.get("modelci_version") != modelci.__version__:
+        log(f"a run killed before it was stored left {len(results_files)} result(s) in {folder}, written by "
+            f"modelci {meta.get('modelci_version')}; this is {modelci.__version__}, which does not read them: "
+            "store them with that version (any `modelci run` on this history), or remove the folder")
+        return None
+    try:
+        run = pickle.loads((folder / "run.pickle").read_bytes())
+        results = [pickle.loads(path.read_bytes()) for path in results_files]
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure: the journal is kept and named
+        log(f"a run killed before it was stored left results in {folder} that cannot be read "
+            f"({type(exc).__name__}: {exc}); remove the folder")
+        return None
+    started = run.get("started_at")
+    run_id = store.ingest(**dict(run, results=results, status="interrupted"))
+    shutil.rmtree(folder, ignore_errors=True)
+    when = started.isoformat(timespec="seconds") if isinstance(started, datetime) else "earlier"
+    log(f"stored run {run_id} ({len(results)} result(s), marked interrupted) from a run that was killed before it "
+        f"was stored (started {when}, pid {meta.get('pid')} on {meta.get('host')}: {meta.get('command') or 'run'})")
+    return run_id
