@@ -202,24 +202,70 @@ def test_corrupt_artifacts_are_refused_and_reported_not_skipped(project, tmp_pat
     assert "do not hash to its name" in next(e.error for e in outcome.entries if e.workload.startswith("("))
 
 
+def _as_version_1(manifest: dict, index: Path, **changes) -> None:
+    """Write `manifest` (with `changes`) as a version 1 manifest under its version 1 key: what an older modelci
+    stored, whose key left out `file`, `requires`, `unsafe` and the rest."""
+    old = dict(manifest, schema="modelci.saved-model/1", **changes)
+    old["key"] = records.manifest_key(old)
+    (index / f"{old['key']}.json").write_text(json.dumps(old))
+
+
 def test_a_manifest_naming_a_file_outside_its_suite_is_refused_before_any_import(project, tmp_path):
-    """`file` is not among a manifest's hashed fields, and compat imported `suite / file`: a store that "may be
-    anyone's" could have `../../evil.py` imported as the workload's code."""
+    """compat imports `suite / file`: a store that "may be anyone's" could have `../../evil.py` imported as the
+    workload's code. A version 2 manifest hashes `file`, so an edit is refused as corrupt; a version 1 manifest
+    did not, and its `file` is checked against the suite before any import."""
     artifacts = tmp_path / "artifacts"
     shutil.copytree(Path(project["cfg"].artifacts), artifacts)
     cfg = config_module.load(cli={"db": str(tmp_path / "history.db"), "artifacts": str(artifacts)})
     manifests, _ = records.read_manifests(Store.from_config(cfg).artifacts)
-    stable = next(m for m in manifests if m["workload"] == "compatsuite/Stable" and m["producer"]["version"] == "1.0")
+    stable = next(m for m in manifests if m["workload"] == "compatsuite/Stable" and m["producer"]["version"] == "1.0"
+                  and m["format"] == "json")
     marker = tmp_path / "imported"
     (tmp_path / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
-    index = artifacts / records.INDEX / f"{stable['key']}.json"
-    tampered = json.loads(index.read_text())
-    tampered["file"] = os.path.relpath(tmp_path / "evil.py", project["current"])
-    index.write_text(json.dumps(tampered))
+    evil = os.path.relpath(tmp_path / "evil.py", project["current"])
+    index = artifacts / records.INDEX
+    tampered = json.loads((index / f"{stable['key']}.json").read_text())
+    tampered["file"] = evil
+    (index / f"{stable['key']}.json").write_text(json.dumps(tampered))
+    outcome = compat.check(cfg, str(project["v2"]), [str(project["current"])], "Stable")
+    assert any("do not hash to its name" in e.error for e in outcome.entries if e.outcome == "unreadable")
+    assert not marker.exists()
+
+    (index / f"{stable['key']}.json").unlink()
+    _as_version_1(stable, index, file=evil)
     outcome = compat.check(cfg, str(project["v2"]), [str(project["current"])], "Stable")
     refused = [e for e in outcome.entries if e.outcome == "unreadable"]
     assert refused and all("which is not a file of suite" in e.error for e in refused)
     assert not marker.exists()
+
+
+def test_a_manifest_whose_requirements_or_safety_were_edited_is_refused_and_version_1_is_still_read(project,
+                                                                                                  tmp_path):
+    """compat installs a manifest's `requires` into the consumer and says whether its format executes code on
+    load (`unsafe`): version 1 did not hash them, so an edited or corrupt manifest could install anything, or
+    call a pickle safe, unseen. A version 1 manifest as an older modelci wrote it still loads and matches."""
+    artifacts = tmp_path / "artifacts"
+    shutil.copytree(Path(project["cfg"].artifacts), artifacts)
+    cfg = config_module.load(cli={"db": str(tmp_path / "history.db"), "artifacts": str(artifacts)})
+    manifests, _ = records.read_manifests(Store.from_config(cfg).artifacts)
+    assert {m["schema"] for m in manifests} == {records.MANIFEST_SCHEMA} == {"modelci.saved-model/2"}
+    index = artifacts / records.INDEX
+    mine = {m["workload"]: m for m in manifests if m["producer"]["version"] == "1.0" and m["format"] == "json"}
+    for workload, field, value in (("compatsuite/Numerics", "requires", ["compatfw", "evil-package==6.6.6"]),
+                                   ("compatsuite/Renamed", "unsafe", False)):
+        path = index / f"{mine[workload]['key']}.json"
+        edited = json.loads(path.read_text())
+        assert edited[field] != value
+        edited[field] = value
+        path.write_text(json.dumps(edited))
+    legacy = mine["compatsuite/Legacy"]
+    (index / f"{legacy['key']}.json").unlink()
+    _as_version_1(legacy, index)
+    found, problems = records.read_manifests(Store.from_config(cfg).artifacts)
+    assert len(problems) == 2 and all("do not hash to its name" in p["error"] for p in problems)
+    assert {m["workload"] for m in found if m["schema"] == "modelci.saved-model/1"} == {"compatsuite/Legacy"}
+    outcome = compat.check(cfg, str(project["v2"]), [str(project["current"])], "Legacy")
+    assert outcomes(outcome)[("compatsuite/Legacy", "json")] == "ok"
 
 
 def test_a_suite_file_that_no_longer_imports_is_load_failed_not_missing(project, tmp_path):

@@ -23,13 +23,19 @@ from sqlalchemy.orm import Mapped, mapped_column
 from modelci.errors import UserError
 from modelci.store.schema import Base, String, utcnow
 
-#: version of the manifest files; a reader refuses any other
-MANIFEST_SCHEMA = "modelci.saved-model/1"
+#: version of the manifest files written now; a reader refuses any but these (MANIFEST_KEYS)
+MANIFEST_SCHEMA = "modelci.saved-model/2"
 #: folder of the manifests inside the artifact store (blobs live in two-character folders, so no clash)
 INDEX = "saved-models"
 #: the manifest fields that make two records the same saved model; the date, the machine and the run do not
 KEY_FIELDS = ("schema", "producer", "workload", "format", "sha256", "layout", "seed", "code_hash", "inputs",
-              "outputs")
+              "outputs", "suite", "file", "framework", "requires", "unsafe", "size")
+#: the hashed fields of each manifest version a reader takes. Version 1 left out what compat acts on besides the
+#: bytes: the requirements it installs into the consumer (`requires`), the file it imports (`file`, `suite`),
+#: the framework helper, whether the format executes code on load (`unsafe`) and the size; a change to any of
+#: them (a corrupt or edited manifest) went unseen. A version 1 manifest is still read, those fields unverified
+#: (compat checks `file` on its own); a run of its producer writes it again as version 2.
+MANIFEST_KEYS = {"modelci.saved-model/1": KEY_FIELDS[:10], MANIFEST_SCHEMA: KEY_FIELDS}
 #: the target fields that identify a producer build (a wheel path or spec differs between machines)
 IDENTITY = ("kind", "name", "version", "commit", "wheel_sha256")
 
@@ -154,8 +160,9 @@ def identity(producer: dict[str, Any]) -> dict[str, str]:
 
 
 def manifest_key(manifest: dict[str, Any]) -> str:
-    """The sha256 of the fields that make a saved model what it is (KEY_FIELDS, producer by identity)."""
-    fields = {k: manifest.get(k) for k in KEY_FIELDS}
+    """The sha256 of the fields that make a saved model what it is (those of its version, MANIFEST_KEYS; the
+    producer by identity)."""
+    fields = {k: manifest.get(k) for k in MANIFEST_KEYS.get(manifest.get("schema"), KEY_FIELDS)}
     fields["producer"] = identity(manifest.get("producer") or {})
     return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -210,10 +217,11 @@ def read_manifests(artifacts: Any) -> tuple[list[dict[str, Any]], list[dict[str,
         except ValueError as exc:
             problems.append({"path": path, "error": f"manifest {name[:12]} is not JSON ({exc}); it was not used"})
             continue
-        if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+        if not isinstance(manifest, dict) or manifest.get("schema") not in MANIFEST_KEYS:
             schema = manifest.get("schema") if isinstance(manifest, dict) else None
             problems.append({"path": path, "error": f"manifest {name[:12]} has schema {schema!r}, this modelci reads "
-                                                   f"{MANIFEST_SCHEMA!r}; use a matching modelci"})
+                                                   f"{' and '.join(map(repr, MANIFEST_KEYS))}; use a matching "
+                                                   "modelci"})
             continue
         if manifest.get("key") != name or manifest_key(manifest) != name:
             problems.append({"path": path, "error": f"manifest {name[:12]} is corrupt: its fields do not hash to its "
