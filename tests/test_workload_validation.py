@@ -372,3 +372,21 @@ def test_a_spawned_workload_killed_by_sigkill_is_crashed_by_that_signal_without_
     assert killed.status == "crashed" and killed.reason == "killed by SIGKILL", killed.reason
     assert "Traceback" not in killed.stderr_tail
     assert results["Good"].status == "ok"
+
+
+def test_discovery_that_cannot_write_its_result_names_the_limit_not_the_suite(tmp_path):
+    """A file-size limit (ulimit -f) or a full scratch disk: discovery could not write its list of workloads, and
+    the message blamed the last suite file it imported ("does that file block or exit at import?")."""
+    import resource
+
+    folder = suite(tmp_path / "s", "".join(f"\n\nclass Many{i}(_Base):\n    pass\n" for i in range(200)))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8192, hard))  # the child inherits it; its list is larger
+    try:
+        with pytest.raises(HarnessError) as caught:
+            local.discover(Path(sys.executable), {"s": folder}, tmp_path / "scratch", timeout=60)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    message = str(caught.value)
+    assert "could not write its result (File too large)" in message and "ulimit -f" in message, message
+    assert "does that file block" not in message

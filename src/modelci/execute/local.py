@@ -177,6 +177,11 @@ def discovery_failed(python: Path, stderr: Path, timed_out: float | None, died: 
            if timed_out is not None
            else "ended without its result" + (f" ({died})" if died else ""))
     where = f" while importing {files[-1]}: does that file block or exit at import?" if files else ""
+    full = next((words for words in ("No space left on device", "Disk quota exceeded", "File too large")
+                 if words in text), None)
+    if full and timed_out is None:  # the suite is not at fault: its result had no room to be written
+        where = (f": it could not write its result ({full}): free space under cache_dir (where the scratch "
+                 "folders are), or raise the file-size limit (ulimit -f)")
     return HarnessError(f"workload discovery inside the environment ({python}) {how}{where}; its stderr ends "
                         f"with:\n{rest or '(nothing)'}")
 
