@@ -101,6 +101,23 @@ def test_user_metrics_are_direction_aware_and_report_only_by_default():
     assert check_user_metric("accuracy", [0.9], [0.7], Policy(gate_user_metrics=True)).gating is True
 
 
+def test_a_user_metric_that_turns_nan_or_infinite_is_a_regression_never_the_same():
+    """A NaN accuracy was judged "same" as 0.9 ("change undefined ... a median is negative"), and a gated metric
+    passed; whichever way is better, turning non-finite is a regression."""
+    nan, inf = float("nan"), float("inf")
+    gated = Policy(gate_user_metrics=True)
+    for name, before, now in (("accuracy", [0.9, 0.91], [nan, 0.9]), ("perplexity", [10.0], [inf]),
+                              ("bleu", [30.0], [-inf])):
+        finding = check_user_metric(name, before, now, gated)
+        assert (finding.verdict, finding.gating) == ("regression", True), finding
+        assert "not finite (nan or inf) now, none were" in finding.reason
+        assert finding.numbers["non_finite_current"] == sum(1 for v in now if v != v or abs(v) == inf)
+    assert check_user_metric("accuracy", [nan], [0.9], gated).verdict == "improvement"
+    both = check_user_metric("accuracy", [nan], [inf], gated)
+    assert both.verdict == "ok" and "no change to judge" in both.reason
+    assert check_user_metric("accuracy", [0.9], [nan], Policy()).gating is False  # report-only by default
+
+
 def test_compare_samples_handles_zero_and_negative_medians():
     assert compare_samples([0.0], [0.0], 1.1, 0.05)[0] == "same"
     outcome, numbers = compare_samples([0.0], [1.0], 1.1, 0.05)

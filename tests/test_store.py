@@ -5,6 +5,7 @@ A real SQLite file, or a database on a real PostgreSQL server, and a real artifa
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -86,6 +87,25 @@ def test_a_run_reads_back_with_every_metric_output_and_status(store):
     (summary,) = query(store, "select n, median, minimum, maximum, final from metrics m join results r "
                               "on m.result_id = r.id where r.workload = 's/A' and m.name = 'time.infer'")
     assert summary == (3, pytest.approx(0.2), pytest.approx(0.1), pytest.approx(0.3), pytest.approx(0.2))
+
+
+def test_a_diverging_loss_and_non_finite_numbers_are_stored_on_both_backends(store):
+    """A loss that went NaN, a metric at infinity: what the history is for. PostgreSQL refused the bare NaN token
+    of a JSON column, and with it the whole run ("invalid input syntax for type json"); SQLite kept it."""
+    nan, inf = float("nan"), float("inf")
+    diverged = result("s/Diverged", 1.0)
+    diverged.metrics["loss"] = Metric("loss", "curve", [1.0, inf, nan])
+    diverged.metrics["accuracy"] = Metric("accuracy", "samples", [-inf])
+    diverged.info = {"numbers": {"max_rel": nan, "nested": [inf, 1.5]}, "text": "NaN"}
+    run_id = ingest(store, "1.0", [diverged, result("s/Fine", 1.0)])
+    back = {r.workload: r for r in store.run(run_id).results}
+    loss = back["s/Diverged"].metrics["loss"].values
+    assert loss[0] == 1.0 and loss[1] == inf and math.isnan(loss[2])
+    assert back["s/Diverged"].metrics["accuracy"].values == [-inf]
+    numbers = back["s/Diverged"].info["numbers"]
+    assert math.isnan(numbers["max_rel"]) and numbers["nested"] == [inf, 1.5]
+    assert back["s/Diverged"].info["text"] == "NaN"  # a string stays a string
+    assert back["s/Fine"].metrics["loss"].values == [1.0, 0.5, 0.25]
 
 
 def test_a_second_run_with_the_same_arrays_stores_them_once(store):

@@ -246,7 +246,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                 raise
             # the history or the disk failed after the run was stored (a full disk, a server gone, no memory
             # left): that was a traceback and exit 1, as for a regression, and no report file
-            why = f"{type(exc).__name__}: {str(getattr(exc, 'orig', None) or exc).strip().splitlines()[0][:300]}"
+            said = str(getattr(exc, "orig", None) or exc).strip()  # MemoryError() says nothing
+            why = type(exc).__name__ + (f": {said.splitlines()[0][:300]}" if said else "")
             raise Unfinished(f"run {outcome.run_id} is stored, but its checks and alarms could not be finished "
                              f"({why}); its results are shown and written to the report files unjudged. Fix that "
                              "and the next run is judged as usual", _unjudged(outcome, results, False)) from None

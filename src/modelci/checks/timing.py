@@ -155,6 +155,8 @@ def check_user_metric(name: str, baseline: Sequence[float], current: Sequence[fl
     when the name says "acc" (or the policy says so). Report-only unless the policy sets gate_user_metrics."""
     baseline, current, dropped = _skip(baseline, current, policy)
     higher = policy.higher_better(name)
+    if not all(math.isfinite(v) for v in [*baseline, *current]):
+        return _non_finite_metric(name, baseline, current, policy)
     outcome, numbers = compare_samples(
         baseline, current, policy.factor(policy.metric_factor), policy.alpha, lower_is_better=not higher
     )
@@ -170,6 +172,29 @@ def check_user_metric(name: str, baseline: Sequence[float], current: Sequence[fl
         reason += "; user metrics are report-only unless gate_user_metrics is set"
     gating = policy.active and policy.gate_user_metrics
     return decided("metric", name, _VERDICTS[outcome], numbers, what, reason, gating=gating)
+
+
+def _non_finite_metric(name: str, baseline: Sequence[float], current: Sequence[float], policy: Policy) -> Finding:
+    """A user metric with a NaN or an infinity on either side: no median or rank test means anything there (a
+    NaN accuracy was judged "same" as 0.9, and a gated metric passed). Non-finite now and finite before is a
+    regression whichever way is better; finite again is an improvement; non-finite on both sides is no change."""
+    bad_before = sum(1 for v in baseline if not math.isfinite(v))
+    bad_now = sum(1 for v in current if not math.isfinite(v))
+    numbers = {"non_finite_baseline": bad_before, "non_finite_current": bad_now, "n_baseline": len(baseline),
+               "n_current": len(current)}
+    if bad_now and not bad_before:
+        verdict, reason = "regression", (f"{bad_now} of {len(current)} samples are not finite (nan or inf) now, "
+                                         "none were")
+    elif bad_before and not bad_now:
+        verdict, reason = "improvement", f"finite again: {bad_before} of {len(baseline)} samples were not"
+    else:
+        verdict, reason = "ok", (f"not finite on both sides ({bad_before} of {len(baseline)} before, {bad_now} of "
+                                 f"{len(current)} now): no change to judge")
+    shown = lambda values: ", ".join(f"{v:.6g}" for v in list(values)[:3]) + (", ..." if len(values) > 3 else "")  # noqa: E731
+    what = f"{name} [{shown(baseline)}] -> [{shown(current)}] ({'not finite' if bad_now else 'finite'})"
+    if policy.active and not policy.gate_user_metrics and verdict != "ok":
+        reason += "; user metrics are report-only unless gate_user_metrics is set"
+    return decided("metric", name, verdict, numbers, what, reason, gating=policy.active and policy.gate_user_metrics)
 
 
 def _rule(outcome: str, numbers: dict[str, Any], lower: bool, unit: str, floor: float | None, floor_name: str) -> str:

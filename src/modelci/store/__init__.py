@@ -7,6 +7,8 @@ marked `interrupted` (docs/design.md, "Storage").
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import os
 import time
 import weakref
@@ -248,6 +250,38 @@ PG_CONNECT_ARGS = {"connect_timeout": 15, "keepalives": 1, "keepalives_idle": 30
                    "keepalives_count": 3, "tcp_user_timeout": 60_000}
 
 
+#: how a JSON column on PostgreSQL holds a float that JSON cannot (NaN, an infinity): PostgreSQL refuses the bare
+#: `NaN` token that Python writes (and SQLite keeps), and with it the whole run, for one diverging loss
+_NONFINITE = "$nonfinite"
+
+
+def _pg_json_dumps(value: Any) -> str:
+    """JSON for PostgreSQL: a non-finite float as {"$nonfinite": "nan" | "inf" | "-inf"} (rare: tried plain first)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_encode_nonfinite(value), allow_nan=False)
+
+
+def _encode_nonfinite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return {_NONFINITE: repr(value)}
+    if isinstance(value, dict):
+        return {k: _encode_nonfinite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode_nonfinite(v) for v in value]
+    return value
+
+
+def _pg_json_loads(text: str | bytes) -> Any:
+    """What `_pg_json_dumps` wrote, its non-finite floats floats again."""
+    return json.loads(text, object_hook=_decode_nonfinite)
+
+
+def _decode_nonfinite(obj: dict[str, Any]) -> Any:
+    return float(obj[_NONFINITE]) if len(obj) == 1 and _NONFINITE in obj else obj
+
+
 def make_engine(url: str) -> Engine:
     """The engine of a database URL; an unknown dialect or a driver that is not installed is a UserError.
 
@@ -259,7 +293,8 @@ def make_engine(url: str) -> Engine:
         parsed = make_url(url)
         if parsed.get_backend_name() == "postgresql":
             chosen = {k: v for k, v in PG_CONNECT_ARGS.items() if k not in parsed.query}
-            return create_engine(url, pool_pre_ping=True, connect_args=chosen)
+            return create_engine(url, pool_pre_ping=True, connect_args=chosen, json_serializer=_pg_json_dumps,
+                                 json_deserializer=_pg_json_loads)
         return create_engine(url)
     except NoSuchModuleError:
         raise UserError(f"{make_url(url).drivername!r} in db = {url} is not a database modelci can use; give "
