@@ -7,6 +7,8 @@ import json
 import logging
 import socket
 import threading
+import time
+from pathlib import Path
 import xml.etree.ElementTree as ET
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -179,6 +181,109 @@ def test_a_webhook_url_that_is_no_http_url_is_named_and_not_retried(tmp_path, mo
     assert not delivery.ok and delivery.attempts == 1
     assert "$TEST_HOOK_URL is not an http(s) URL" in delivery.error and "secret-token" not in delivery.error
     assert history.store.run(outcome.run_id).row.status == "complete"
+
+
+@pytest.mark.parametrize("url", ["http://[::1/hooks/secret-token", "http://exa mple.com/hooks/secret-token"])
+def test_a_webhook_url_that_urllib_or_http_client_cannot_parse_is_named_not_raised(tmp_path, monkeypatch, url):
+    # ValueError("Invalid IPv6 URL") and http.client.InvalidURL escaped the notifier: a traceback after the run
+    monkeypatch.setenv("TEST_HOOK_URL", url)
+    history = History(tmp_path / "p", WEBHOOK)
+    (delivery,) = slow_then_fixed(history)[1].alarms.deliveries
+    assert not delivery.ok and delivery.attempts == 1
+    assert "$TEST_HOOK_URL is not an http(s) URL" in delivery.error and "secret-token" not in delivery.error
+
+
+def _raw_receiver(answer):
+    """A receiver on 127.0.0.1 that reads the request and then calls `answer(connection)`: its URL, and a function
+    that stops it and closes every connection."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    connections = []
+
+    def serve():
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            connections.append(connection)
+            connection.recv(65536)
+            threading.Thread(target=answer, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def close():
+        server.close()
+        for connection in connections:
+            connection.close()
+
+    return f"http://127.0.0.1:{server.getsockname()[1]}/hooks/t", close
+
+
+def _huge(connection):
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000000\r\n\r\nok")  # and then nothing
+
+
+def _trickle(connection):
+    connection.sendall(b"HTTP/1.1 200 OK\r\n")
+    try:
+        while True:  # a header line a second, for ever: the answer never completes
+            connection.sendall(b"X-Still: here\r\n")
+            time.sleep(0.5)
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize("answer, says", [(_huge, "gave no complete answer within the timeout of 2 s"),
+                                          (_trickle, "gave no complete answer within the timeout of 2 s")])
+def test_a_receiver_that_never_completes_its_answer_is_a_failure_bounded_by_the_timeout(tmp_path, monkeypatch,
+                                                                                        answer, says):
+    """A Content-Length of 100 GB made the notifier read until MemoryError (a traceback out of `deliver`, which
+    never raises); a receiver trickling headers past the deadline was recorded as `notified`."""
+    url, close = _raw_receiver(answer)
+    try:
+        monkeypatch.setenv("TEST_HOOK_URL", url)
+        history = History(tmp_path / "p", WEBHOOK + "timeout = 2\nretries = 0\n")
+        began = time.monotonic()
+        (delivery,) = slow_then_fixed(history)[1].alarms.deliveries
+        assert time.monotonic() - began < 30
+        assert not delivery.ok and says in delivery.error, delivery
+    finally:
+        close()
+
+
+def _entry(kind: str, path) -> dict:
+    from modelci.alarms import settings
+
+    return settings.validate_notify([{"kind": kind, "path": str(path)}], "test")[0]
+
+
+@pytest.mark.parametrize("kind", ["junit", "markdown"])
+def test_a_file_notifier_never_writes_over_the_history_the_config_or_a_fifo(tmp_path, kind):
+    """`path` of a junit or markdown notifier was written whatever it was: the history became JUnit XML, the config
+    a Markdown summary (every later command failed), and a FIFO hung the run for ever; junit, which replaces its
+    file, also wrote over a user's file."""
+    import dataclasses
+    import os
+
+    history = History(tmp_path / "p")
+    outcome = history.run("1.0", [timed(SLOW, 0.10)])
+    config_file = history.root / "modelci.toml"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    kept = {p: Path(p).read_bytes() for p in (history.config.db, config_file, notes)}
+    for path in [history.config.db, config_file, fifo] + ([notes] if kind == "junit" else []):
+        config = dataclasses.replace(history.config, notify=[_entry(kind, path)])
+        (delivery,) = notify.deliver(config, [], outcome=outcome)
+        assert not delivery.ok and "not written" in delivery.error, (path, delivery)
+    assert {p: Path(p).read_bytes() for p in kept} == kept
+    written = tmp_path / "out"
+    (delivery,) = notify.deliver(dataclasses.replace(history.config, notify=[_entry(kind, written)]), [],
+                                 outcome=outcome)
+    assert delivery.ok and written.stat().st_size > 0
 
 
 def test_email_through_a_real_smtp_server_with_login(tmp_path, smtp_server, monkeypatch):

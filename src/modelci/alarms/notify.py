@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from modelci.alarms.lifecycle import AlarmEvent
+from modelci.errors import UserError
 
 log = logging.getLogger("modelci.notify")
 #: bump when the JSON a webhook receives changes in a way that breaks a reader
@@ -138,6 +139,10 @@ def _secret(entry: Mapping[str, Any], key: str, environ: Mapping[str, str]) -> s
     return value
 
 
+#: how much of a webhook receiver's answer is read (its status is what counts)
+MAX_ANSWER_BYTES = 1 << 16
+
+
 def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
     """POST the JSON payload; any status outside 2xx, or no complete answer within `timeout` seconds in all (a
     deadline for the whole request, not only for each read), is a failure.
@@ -145,7 +150,10 @@ def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[st
     A proxy is used as urllib would use it (`http_proxy`, `https_proxy`, `no_proxy`): an https receiver through
     a CONNECT tunnel, an http one by sending the proxy the absolute URL. The deadline covers the proxy too."""
     url = _secret(entry, "url_env", environ)
-    parsed = urllib.parse.urlsplit(url)
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL"
+        raise NotifyError(f"${entry['url_env']} is not an http(s) URL ({exc})", retry=False) from None
     try:
         parsed.port  # noqa: B018 - urllib checks the port only when it is read
     except ValueError:
@@ -160,23 +168,30 @@ def send_webhook(entry: Mapping[str, Any], message: Message, environ: Mapping[st
     kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
     path = urllib.parse.urlunsplit(("", "", parsed.path or "/", parsed.query, ""))
     proxy = webhook_proxy(parsed.scheme, host, environ)
-    if proxy is None:
-        connection = kind(parsed.hostname, parsed.port, timeout=timeout)
-        where = f"host {host}"
-    else:
-        proxy_host, proxy_port, proxy_headers = proxy
-        connection = kind(proxy_host, proxy_port, timeout=timeout)
-        where = f"host {host} through the proxy {proxy_host}:{proxy_port}"
-        if parsed.scheme == "https":  # TLS end to end: the proxy only joins the two sockets
-            connection.set_tunnel(parsed.hostname, parsed.port, headers=proxy_headers)
-        else:  # the proxy forwards the request itself, and reads the receiver from the absolute URL
-            path = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, parsed.path or "/", parsed.query, ""))
-            headers.update(proxy_headers)
+    try:
+        if proxy is None:
+            connection = kind(parsed.hostname, parsed.port, timeout=timeout)
+            where = f"host {host}"
+        else:
+            proxy_host, proxy_port, proxy_headers = proxy
+            connection = kind(proxy_host, proxy_port, timeout=timeout)
+            where = f"host {host} through the proxy {proxy_host}:{proxy_port}"
+            if parsed.scheme == "https":  # TLS end to end: the proxy only joins the two sockets
+                connection.set_tunnel(parsed.hostname, parsed.port, headers=proxy_headers)
+            else:  # the proxy forwards the request itself, and reads the receiver from the absolute URL
+                path = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, parsed.path or "/", parsed.query, ""))
+                headers.update(proxy_headers)
+    except (http.client.InvalidURL, ValueError) as exc:  # a host with a space, a control character
+        raise NotifyError(f"${entry['url_env']} is not an http(s) URL ({type(exc).__name__})", retry=False) from None
     deadline = Deadline(timeout, lambda: connection.sock)
     try:
         connection.request("POST", path, body, headers)
         response = connection.getresponse()
-        response.read()
+        # the answer's body says nothing we use: read a little of it, not the gigabytes a Content-Length may claim
+        response.read(MAX_ANSWER_BYTES)
+        if deadline.overdue.is_set():
+            # the deadline shut the socket mid-answer, which http.client may take for the end of the headers
+            raise http.client.IncompleteRead(b"")
     except (OSError, http.client.HTTPException) as exc:
         if deadline.overdue.is_set():  # a receiver this slow will not be faster on the next try
             raise NotifyError(f"{where} gave no complete answer within the timeout of {timeout:g} s",
@@ -344,14 +359,35 @@ def deliver(config: Any, events: list[AlarmEvent], *, outcome: Any = None, store
         if entry["kind"] == "markdown" and outcome is None and not wanted:
             continue
         message = compose(wanted, outcome, run_id)
-        delivery = attempt(entry, functools.partial(send, entry, message, environ), sleep)
+        refused = _refused_path(entry, environ, config) if entry["kind"] in ("markdown", "junit") else ""
+        try:
+            delivery = (Delivery(describe(entry), False, 0, f"{describe(entry)}: {refused}") if refused
+                        else attempt(entry, functools.partial(send, entry, message, environ), sleep))
+        except Exception as exc:  # noqa: BLE001 - a notifier's own failure is a failed delivery, never the run's
+            said = str(exc).strip()
+            delivery = Delivery(describe(entry), False, 1, f"{describe(entry)}: {type(exc).__name__}"
+                                                           + (f": {said.splitlines()[0][:200]}" if said else ""))
         deliveries.append(delivery)
         if store is not None and wanted:
             from modelci.alarms import lifecycle
 
             lifecycle.log_event(store, [e.alarm.id for e in wanted], "notified" if delivery.ok else "notify-failed",
-                                run_id, detail=describe(entry) + ("" if delivery.ok else f": {delivery.error}"))
+                                run_id, detail=describe(entry) if delivery.ok else delivery.error)  # named once
     return deliveries
+
+
+def _refused_path(entry: Mapping[str, Any], environ: Mapping[str, str], config: Any) -> str:
+    """Why a file notifier must not write its path, or "": the history, the config, a FIFO, or (junit, which
+    replaces the file) a file that is no modelci report. It wrote over any of them, and the run exited 0."""
+    from modelci.report import files
+
+    try:
+        path = _file_path(entry, environ)
+        files.refuse_overwrite(f"path {path}", str(path), db=getattr(config, "db", None),
+                               config=getattr(config, "file", None), foreign=entry["kind"] == "junit")
+    except (NotifyError, UserError) as exc:
+        return f"not written: {exc}"
+    return ""
 
 
 def attempt(entry: Mapping[str, Any], send: Callable[[], None], sleep: Callable[[float], None]) -> Delivery:

@@ -185,6 +185,22 @@ def _problem(target: Path) -> str:
     return ""
 
 
+def refuse_overwrite(option: str, path: str, *, db: str | None, config: Path | None, foreign: bool) -> None:
+    """A UserError when writing `path` would destroy what is not a report: the history (or SQLite's files beside
+    it), the config file, or (`foreign`, for a writer that replaces the file whole) a file no modelci command
+    wrote; and for a FIFO, where a write waits for a reader for ever. For the file notifiers (`[[notify]]` junit
+    and markdown), whose paths come from the config or the environment, not from a checked option."""
+    _refuse_history(option, path, db)
+    _refuse_input(option, path, {"the config": str(config) if config else None})
+    if foreign:
+        _refuse_foreign(option, path)
+    try:
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            raise UserError(f"{option} is a FIFO: a write there waits for a reader, for ever; give a regular file")
+    except OSError:
+        pass
+
+
 def _refuse_history(option: str, path: str, db: str | None) -> None:
     """Refuse an output path that is the history database (`db`: a path or URL), or one of SQLite's files
     beside it. A server's history has no file to refuse."""
