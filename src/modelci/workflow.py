@@ -46,6 +46,9 @@ class NotStored(HarnessError):
 
 #: how a run is stored when a signal came after every workload finished: whole, but the signal skipped its checks
 UNJUDGED = "complete; its checks and alarms did not run"
+#: ... or came once its checks had run, in the alarm step
+IN_ALARM_STEP = ("complete and judged; the signal came in its alarm step, so the report files list no alarm: "
+                 "`modelci alarms` shows what the step recorded before it")
 
 
 class Unfinished(HarnessError):
@@ -238,6 +241,11 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             _after_ingest(config, store, target, env, results, suites, workloads, scratch, executor, outcome, alarms,
                           judge, pool)
         except KeyboardInterrupt:  # the run is stored; what is left (compat, checks, alarms) is skipped
+            if judge and outcome.comparisons:
+                # the checks ran (and stored their findings); the signal came in the alarm step, which may have
+                # opened or updated alarms before it: the report keeps the verdicts, and says where to look
+                outcome.interrupted = True
+                raise Interrupted(outcome.run_id, outcome, IN_ALARM_STEP) from None
             raise Interrupted(outcome.run_id, _unjudged(outcome, results), UNJUDGED) from None
         except Exception as exc:  # noqa: BLE001 - the kinds below; SQLAlchemy is imported by now (the store)
             from sqlalchemy.exc import SQLAlchemyError

@@ -9,7 +9,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import pytest
-from probes import HANG, OLDER_REPORTS, QUICK, wait_for
+from probes import HANG, OLDER_REPORTS, QUICK, wait_for, workload
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
@@ -203,6 +203,39 @@ def test_a_signal_held_while_the_run_is_stored_still_writes_the_reports_naming_t
     report = project.report()
     assert report["interrupted"] is True and report["run"]["id"] == runs[1][0]
     assert {r["workload"]: r["status"] for r in report["results"]} == {"suite/Quick": "ok"}
+    project.assert_clean(done)
+
+
+def test_a_signal_in_the_alarm_step_keeps_the_verdicts_and_says_where_the_alarms_are(project):
+    """SIGTERM while a webhook of the alarm step waits for its receiver: the run is stored and judged, and the alarm
+    step may have opened its alarm already. The command said "its checks and alarms did not run" and reported no
+    verdict, which was untrue; it now keeps the verdicts and points at `modelci alarms`."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()  # takes the connection and never answers
+    project.config('[[notify]]\nkind = "webhook"\nurl_env = "PROBE_HOOK"\ntimeout = 60\nretries = 0\n')
+    project.extra_env["PROBE_HOOK"] = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    project.workloads(QUICK + workload("Broken", 'raise RuntimeError("broken on purpose")'))
+    try:
+        proc = project.start("run", "--target", "current", "--suite", "suite", "--json", "report.json")
+        listener.settimeout(120)
+        connection, _ = listener.accept()  # the alarm step is notifying: the alarm is open
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        connection.close()
+    finally:
+        listener.close()
+    done = type("Done", (), {"stdout": out, "stderr": err, "returncode": proc.returncode})
+    assert proc.returncode == 143, err
+    assert "complete and judged; the signal came in its alarm step" in err and "did not run" not in err, err
+    report = project.report()
+    assert report["interrupted"] is True and report["judged"] is True
+    broken = next(r for r in report["results"] if r["workload"] == "suite/Broken")
+    assert broken["status"] == "failed" and broken["findings"], broken
+    assert project.stored("SELECT count(*) FROM alarms") == [(1,)]  # what the step recorded before the signal
     project.assert_clean(done)
 
 
