@@ -301,6 +301,14 @@ def test_history_changes_and_alarms_commands(history, capsys, monkeypatch):
     listing = capsys.readouterr().out
     assert "fw==1.0.12 on ci" in listing and "time.infer" in listing
     alarm_id = lifecycle.list_alarms(history.store)[0].id
+    # MODELCI_USER stands for --by, and is held to its rules: one line of UTF-8 text (a newline was stored, and
+    # a byte that is no UTF-8 was a traceback)
+    for bad, says in (("a\nb", "MODELCI_USER 'a\\nb': give who acts"), ("u\udcff", "is not UTF-8 text")):
+        monkeypatch.setenv("MODELCI_USER", bad)
+        assert cli.main(["alarms", "ack", str(alarm_id)]) == 2
+        assert says in capsys.readouterr().err
+    monkeypatch.delenv("MODELCI_USER")
+    assert lifecycle.get_alarm(history.store, alarm_id).state == "open"  # refused: nothing was acknowledged
     assert cli.main(["alarms", "ack", str(alarm_id), "--by", "dana"]) == 0
     assert cli.main(["alarms", "silence", str(alarm_id), "--until", "2999-01-01"]) == 0
     assert cli.main(["alarms", "show", str(alarm_id)]) == 0

@@ -46,6 +46,13 @@ def _who(args) -> str:
         raise UserError(f"--by {args.by!r}: give who acts, a name on one line (or leave --by out for "
                         "$MODELCI_USER, else the login name)")
     who = args.by or os.environ.get("MODELCI_USER") or getpass.getuser()
+    if not args.by and os.environ.get("MODELCI_USER"):  # held to the rules of --by, which it stands for
+        try:
+            who.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"MODELCI_USER {os.fsencode(who)!r} is not UTF-8 text; give a name in UTF-8") from None
+        if not who.strip() or not who.isprintable():
+            raise UserError(f"MODELCI_USER {who!r}: give who acts, a name on one line")
     if len(who) > WHO_MAX:
         source = "--by" if args.by else "MODELCI_USER" if os.environ.get("MODELCI_USER") else "the login name"
         raise UserError(f"{source} {who[:40]!r}... is {len(who)} characters long; the most is {WHO_MAX}")

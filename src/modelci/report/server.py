@@ -92,6 +92,14 @@ class DashboardServer(ThreadingHTTPServer):
         self.site, self.verbose = site, verbose
         super().__init__(address, partial(_Handler, directory=str(site.out)))
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that goes away mid-answer (a closed tab, `curl | head`) is no error of the server: the base
+        class printed a whole BrokenPipeError traceback to the log for each one. Other errors are logged, one line."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            return
+        self.site.log(f"error while answering {client_address[0]}: {type(error).__name__}: {error}")
+
     @property
     def url(self) -> str:
         """The address to open in a browser."""
