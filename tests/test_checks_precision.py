@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -98,6 +100,20 @@ def test_nan_in_the_same_places_is_equal_elsewhere_a_regression():
     assert moved.verdict == "regression"
     assert moved.numbers["nan_mismatch"] == 2 and moved.numbers["mismatches"] == 2
     assert "NaN" in moved.message
+
+
+def test_an_output_that_becomes_infinite_or_nan_is_said_with_its_values_not_as_zero_difference():
+    """1 -> inf read "1 -> None, max_rel 0.00e+00, max_abs 0.00e+00, max_ulp 4611686018427387904": the maxima are
+    over the elements finite on both sides, and the value that moved was shown as None."""
+    one = check_output("y", np.array([1.0]), np.array([np.inf]), Policy())
+    assert one.verdict == "regression"
+    assert "1 -> inf" in one.message and "None" not in one.message and "1 inf mismatch(es)" in one.message
+    assert "max_abs 0" not in one.message and "max_ulp" not in one.message
+    assert one.numbers["current_value"] == "inf"
+    many = check_output("y", np.array([1.0, 2.0, 3.0]), np.array([1.5, np.nan, np.nan]), Policy())
+    assert "2 NaN mismatch(es)" in many.message
+    assert "max_abs 5.00e-01 over the elements finite on both sides" in many.message, many.message
+    json.dumps(one.numbers, allow_nan=False)  # the report stays strict JSON
 
 
 def test_zero_baseline_does_not_warn_and_still_fails():

@@ -155,8 +155,13 @@ def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
 
 
 def _scalar(value: Any) -> Any:
-    """One element for the numbers: a float, or a string for complex values (JSON has no complex)."""
-    return str(complex(value)) if np.iscomplexobj(value) else json_number(value)
+    """One element for the numbers: a float, or a string for complex values (JSON has no complex) and for NaN and
+    the infinities (JSON has none, and None read as "1 -> None" in the finding of an output that became inf)."""
+    if np.iscomplexobj(value):
+        return str(complex(value))
+    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+        return repr(float(value))  # 'nan', 'inf', '-inf'
+    return json_number(value)
 
 
 def check_output(name: str, baseline: Any | None, current: Any | None, policy: Policy) -> Finding:
@@ -241,13 +246,21 @@ def _summary(numbers: dict[str, Any]) -> str:
     if not numbers["mismatches"] and not numbers.get("max_abs") and numbers.get("max_ulp") in (0, None):
         return "identical"
     parts = []
-    for key, spelling in (("max_rel", "max_rel {:.2e}"), ("max_abs", "max_abs {:.2e}"), ("max_ulp", "max_ulp {}")):
-        if numbers.get(key) is not None:
-            parts.append(spelling.format(numbers[key]))
+    non_finite = bool(numbers.get("nan_mismatch") or numbers.get("inf_mismatch"))
     if numbers.get("nan_mismatch"):
         parts.append(f"{numbers['nan_mismatch']} NaN mismatch(es)")
     if numbers.get("inf_mismatch"):
         parts.append(f"{numbers['inf_mismatch']} inf mismatch(es)")
+    if non_finite:
+        # the maxima are over the elements finite on both sides; "max_abs 0" beside a value that became inf, and
+        # the ULP distance to an infinity, read as if nothing had moved, or as noise
+        if numbers.get("max_abs"):
+            parts.append(f"max_rel {numbers.get('max_rel') or 0:.2e}, max_abs {numbers['max_abs']:.2e} over the "
+                         "elements finite on both sides")
+        return ", ".join(parts)
+    for key, spelling in (("max_rel", "max_rel {:.2e}"), ("max_abs", "max_abs {:.2e}"), ("max_ulp", "max_ulp {}")):
+        if numbers.get(key) is not None:
+            parts.append(spelling.format(numbers[key]))
     return ", ".join(parts) or "values differ"
 
 
