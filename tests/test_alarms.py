@@ -309,6 +309,8 @@ def test_history_changes_and_alarms_commands(history, capsys, monkeypatch):
         assert says in capsys.readouterr().err
     monkeypatch.delenv("MODELCI_USER")
     assert lifecycle.get_alarm(history.store, alarm_id).state == "open"  # refused: nothing was acknowledged
+    assert cli.main(["alarms", "ack", str(alarm_id), "--note", "x" * 5000]) == 2  # it was cut to 2,000, unsaid
+    assert "--note is 5000 characters long; the most is 1900" in capsys.readouterr().err
     assert cli.main(["alarms", "ack", str(alarm_id), "--by", "dana"]) == 0
     assert cli.main(["alarms", "silence", str(alarm_id), "--until", "2999-01-01"]) == 0
     assert cli.main(["alarms", "show", str(alarm_id)]) == 0

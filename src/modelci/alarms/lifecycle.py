@@ -225,14 +225,18 @@ def _has_alarms(store: Any) -> bool:
     return store.has_table(AlarmRow.__tablename__)
 
 
+#: the most characters an alarm event's detail keeps (a notifier's error, a person's note)
+EVENT_DETAIL_MAX = 2000
+
+
 def log_event(store: Any, alarm_ids: Iterable[int], event: str, run_id: int | None = None, detail: str = "") -> None:
     """Append one event to each of some alarms (e.g. "notified", "notify-failed"), in one transaction."""
     with store.write() as session:
-        session.add_all(AlarmEventRow(alarm_id=i, event=event, run_id=run_id, detail=detail[:2000]) for i in alarm_ids)
+        session.add_all(AlarmEventRow(alarm_id=i, event=event, run_id=run_id, detail=detail[:EVENT_DETAIL_MAX]) for i in alarm_ids)
 
 
 def _event(session: Any, row: AlarmRow, event: str, run_id: int | None = None, by: str = "", detail: str = "") -> None:
-    session.add(AlarmEventRow(alarm_id=row.id, event=event, run_id=run_id, by=by, detail=detail[:2000]))
+    session.add(AlarmEventRow(alarm_id=row.id, event=event, run_id=run_id, by=by, detail=detail[:EVENT_DETAIL_MAX]))
 
 
 # -- people ------------------------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ def _people_options(parser) -> None:
 
 #: the longest name of who acted on an alarm that the history stores
 WHO_MAX = 200
+#: room a silence's event needs before its note ("until 2026-12-31: ")
+UNTIL_ROOM = 100
 
 
 def _who(args) -> str:
@@ -78,6 +80,10 @@ def main(args, cfg) -> int:
         views.render_alarm(lifecycle.get_alarm(store, args.id), out)
     elif action in ("ack", "resolve", "silence"):
         who, note = _who(args), args.note
+        most = lifecycle.EVENT_DETAIL_MAX - UNTIL_ROOM  # what the event keeps: the rest was cut without a word
+        if len(note) > most:
+            raise UserError(f"--note is {len(note)} characters long; the most is {most} (put a long text "
+                            "somewhere else and link it)")
         if action == "ack":
             done = lifecycle.acknowledge(store, args.ids, who, note)
         elif action == "resolve":
