@@ -321,6 +321,8 @@ def test_history_changes_and_alarms_commands(history, capsys, monkeypatch):
     assert cli.main(["alarms", "resolve", str(alarm_id)]) == 0
     assert cli.main(["alarms", "list", "--all"]) == 0
     assert "resolved" in capsys.readouterr().out
+    assert cli.main(["alarms", "list", "--all", "--state", "open"]) == 2  # --state was dropped without a word
+    assert "give --state (repeatable) or --all, not both" in capsys.readouterr().err
 
 
 def test_alarms_through_workflow_run_on_fakefw(fake_project):

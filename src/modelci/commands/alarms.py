@@ -73,6 +73,8 @@ def main(args, cfg) -> int:
     if action == "list":
         states = args.state if args.action and args.state else None
         if args.action and args.all:
+            if args.state:  # --all listed every state, whatever --state said
+                raise UserError("--all lists alarms in every state; give --state (repeatable) or --all, not both")
             states = ["open", "acknowledged", "silenced", "resolved"]
         runner = args.runner if args.action else None
         views.render_alarms(lifecycle.list_alarms(store, states=states, runner=runner), out)
