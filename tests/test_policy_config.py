@@ -116,6 +116,8 @@ active = true
     ('[[notify]]\nkind = "email"\nhost = "smtp"\nto = ["a@b.c"]\ntimeout = 1e9\n',
      "can hold the run 3e+09 s (every attempt to its timeout, and the waits between them, which double); the run "
      "waits for its notifications, so keep it within 600 s"),
+    # 3 x 1e308 seconds is no number: "can hold the run inf s"
+    ('[[notify]]\nkind = "webhook"\nurl_env = "HOOK"\ntimeout = 1e308\n', "can hold the run without end (every"),
     ('[[notify]]\nkind = "markdown"\n', "kind 'markdown' needs key 'path' or 'path_env'"),
     ('[alarms]\nstale_after_days = -1\n', "[alarms]: key 'stale_after_days' must not be negative"),
     ('[alarms]\nstale_days = 3\n', "[alarms]: unknown key 'stale_days'"),
