@@ -354,6 +354,13 @@ def test_server_serves_pages_and_refreshes_after_a_new_run(history, cfg, tmp_pat
             refused.value.close()  # its response, and so its socket
             assert refused.value.code == 400
         assert get("index.html")[0] == 200
+        # the site's bookkeeping and folder listings are no pages: they were served
+        for path in (".modelci-site.json", "%2Emodelci-site.json", "runs/", "assets/"):
+            with pytest.raises(urllib.error.HTTPError) as hidden:
+                get(path)
+            hidden.value.close()
+            assert hidden.value.code == 404, path
+        assert get("runs/1.html")[0] == 200
     finally:
         server.shutdown()
         server.server_close()

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from functools import partial
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -65,12 +66,22 @@ class _Handler(SimpleHTTPRequestHandler):
 
     def send_head(self):  # noqa: ANN201 (http.server's: a file object or None)
         """A path no file can have (a NUL byte, `%00`) is a 400: the os calls behind the base class raise on it,
-        which printed a traceback to the server's log and left the client without an answer."""
+        which printed a traceback to the server's log and left the client without an answer. The site's own
+        bookkeeping (`.modelci-site.json`, any name beginning with a dot) is not served."""
+        parts = urllib.parse.unquote(self.path.split("?", 1)[0].split("#", 1)[0]).split("/")
+        if any(part.startswith(".") and part not in (".", "..") for part in parts):
+            self.send_error(HTTPStatus.NOT_FOUND, "not part of the dashboard")
+            return None
         try:
             return super().send_head()
         except ValueError:
             self.send_error(HTTPStatus.BAD_REQUEST, "the path holds a character no file name can")
             return None
+
+    def list_directory(self, path: Any) -> None:  # noqa: ANN401 (http.server's signature)
+        """A folder without an index page is no page of the dashboard: no listing of its files."""
+        self.send_error(HTTPStatus.NOT_FOUND, "not part of the dashboard")
+        return None
 
     def end_headers(self) -> None:
         """Pages change after each run, so browsers must ask again rather than cache them."""
