@@ -90,6 +90,40 @@ def test_init_into_a_file_or_an_unknown_framework_is_a_user_error(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_init_on_a_full_disk_leaves_nothing_behind_and_an_empty_dir_is_refused(tmp_path):
+    """A disk that filled mid-way left half a starter, which the next `init` refused as "already exists"; and
+    `--dir ''` set up the current folder, then advised `cd '' && ...`."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"this machine cannot mount a tmpfs (CI runs as root and can): {mounted.stderr.strip()}")
+    try:
+        with open(disk / "fill", "wb", buffering=0) as fill:  # the whole disk
+            try:
+                while True:
+                    fill.write(b"\0" * 4096)
+                    fill.flush()
+            except OSError:
+                pass
+        proc = cli(disk, "init", "--dir", "project", "--framework", "numpy")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "cannot write the starter into project" in proc.stderr and "nothing was left there" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert not (disk / "project" / "modelci.toml").exists() and not (disk / "project" / "models").exists()
+        (disk / "fill").unlink()
+        again = cli(disk, "init", "--dir", "project", "--framework", "numpy")
+        assert again.returncode == 0, again.stderr  # not "already exists"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+    empty = cli(tmp_path, "init", "--dir", "")
+    assert empty.returncode == 2 and "--dir '': give the folder to set up" in empty.stderr
+    assert not (tmp_path / "modelci.toml").exists()
+
+
 def trained(framework: str, tmp_path: Path, seed: int = 0):
     """The starter workload of `framework`, imported as the harness does, seeded, trained and inferred."""
     helper = get_helper(framework)

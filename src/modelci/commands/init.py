@@ -23,6 +23,11 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.starter import init
 
+    if not args.dir.strip():  # "" was the current folder, and the next step said `cd '' && ...`
+        from modelci.errors import UserError
+
+        raise UserError("--dir '': give the folder to set up (it is made when missing), or leave --dir out for "
+                        "the current folder")
     written = init(args.dir, args.framework)
     out = views.console()
     for path in (written.config, written.workload):

@@ -10,6 +10,7 @@ names what is in the way.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,11 +116,19 @@ def init(folder: str | Path, framework: str) -> Written:
     if in_the_way:
         raise UserError(f"{' and '.join(in_the_way)} already exist{'s' if len(in_the_way) == 1 else ''}; "
                         "modelci init never overwrites anything: move them away, or pass --dir with another folder")
+    made: list[Path] = []
     try:
         suite.mkdir(parents=True)
-        workload.write_text((TEMPLATES / f"{framework}_classifier.py").read_text())
+        made.append(suite)
         with open(config, "x") as fh:  # "x": a config that appeared meanwhile is not overwritten either
+            made.append(config)
             fh.write(render_config(framework))
+        workload.write_text((TEMPLATES / f"{framework}_classifier.py").read_text())
     except OSError as exc:
-        raise UserError(f"cannot write the starter into {root}: {exc.strerror} ({exc.filename})") from None
+        # what it wrote goes (a full disk left half a starter, which the next `init` then refused as "already
+        # exists"); nothing of the user's was there to lose, since every path was checked free above
+        for path in reversed(made):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        what = f"{exc.strerror or type(exc).__name__}" + (f" ({exc.filename})" if exc.filename else "")
+        raise UserError(f"cannot write the starter into {root}: {what}; nothing was left there") from None
     return Written(config=config, suite=suite, workload=workload, command=f"modelci run --target {dist}")
