@@ -42,6 +42,8 @@ class NotStored(HarnessError):
     def __init__(self, message: str, outcome: RunOutcome):
         super().__init__(message)
         self.outcome = outcome
+        #: set by `compare`: what each side finished (CompareOutcome, B unjudged, `problem` this message)
+        self.compare: CompareOutcome | None = None
 
 
 #: how a run is stored when a signal came after every workload finished: whole, but the signal skipped its checks
@@ -59,6 +61,8 @@ class Unfinished(HarnessError):
     def __init__(self, message: str, outcome: RunOutcome):
         super().__init__(message)
         self.outcome = outcome
+        #: set by `compare`, as on NotStored
+        self.compare: CompareOutcome | None = None
 
 
 class Interrupted(Exception):
@@ -661,6 +665,9 @@ class CompareOutcome:
     #: True when the compare was cancelled: `a` and `b` hold what each side finished (`b` is None when the
     #: cancel came while A ran), and B's results are not judged
     interrupted: bool = False
+    #: why B's results are not judged though the compare was not cancelled (the history refused a side, or failed
+    #: after storing it), or ""
+    problem: str = ""
 
     @property
     def regressed(self) -> bool:
@@ -699,22 +706,26 @@ def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pa
     except Interrupted as exc:
         exc.compare = _interrupted_compare(sides, exc.outcome)
         raise
+    except (NotStored, Unfinished) as exc:  # a side the history refused, or failed after: its results, unjudged
+        exc.compare = _interrupted_compare(sides, exc.outcome, problem=str(exc))
+        raise
     except KeyboardInterrupt:  # between the runs (the checks, storing the findings): both sides are stored
         stopped = Interrupted(None)
         stopped.compare = _interrupted_compare(sides, None)
         raise stopped from None
 
 
-def _interrupted_compare(sides: list[RunOutcome], cut: RunOutcome | None) -> CompareOutcome | None:
+def _interrupted_compare(sides: list[RunOutcome], cut: RunOutcome | None, problem: str = "") -> CompareOutcome | None:
     """What a cancelled compare finished: the sides done, plus the side cut short (`cut`, what it finished) while
-    A or B ran; B's results unjudged. None when A had not run any workload yet (nothing to report)."""
+    A or B ran; B's results unjudged. None when A had not run any workload yet (nothing to report). With
+    `problem`, the compare was not cancelled: the history refused a side, or failed after storing it."""
     if len(sides) < 2 and cut is not None:
         sides = [*sides, cut]  # a cut confirmation run is neither side: its sides are whole
     if not sides:
         return None
     b = sides[1] if len(sides) > 1 else None
     comparisons = [Comparison(result=r, baseline=None, findings=[]) for r in (b.results if b is not None else [])]
-    return CompareOutcome(a=sides[0], b=b, comparisons=comparisons, interrupted=True)
+    return CompareOutcome(a=sides[0], b=b, comparisons=comparisons, interrupted=not problem, problem=problem)
 
 
 def _compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pattern: str | None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import subprocess
+import xml.etree.ElementTree as ET
 
 import pytest
 from probes import QUICK, filler, workload
@@ -276,4 +277,43 @@ def test_a_history_that_cannot_be_opened_on_a_full_disk_names_the_disk(project, 
     (history_disk / "fill").unlink()
     with sqlite3.connect(db) as stored:
         assert stored.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+    project.assert_clean(done)
+
+
+def _fill_on_b(path) -> str:
+    """A workload that runs normally the first time (A), and fills the disk of `path` the second (B)."""
+    return workload("FillOnB", f"""
+        first = pathlib.Path(os.environ["PROBE_DIR"], "ran-once")
+        if first.exists():
+            with open({str(path)!r}, "wb", buffering=0) as fh:
+                try:
+                    while True:
+                        fh.write(b"x" * 65536)
+                except OSError:
+                    pass
+        first.write_text("A")
+    """)
+
+
+def test_a_compare_whose_b_the_history_refuses_shows_and_reports_b_unjudged(project, history_disk):
+    """B's run could not be stored (its disk full): the compare ended with the message alone, B's results shown
+    nowhere and no report file, where `run` keeps them. Now they are shown and in the report files, unjudged."""
+    db = history_disk / "history.db"
+    project.config(f'db = "{db}"')
+    project.workloads(QUICK + _fill_on_b(history_disk / "filler"))
+    done = project.cli("compare", "current", "current", "--rerun", "--suite", "suite", "--json", "report.json",
+                       "--junit", "junit.xml", "--markdown", "summary.md")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "database or disk is full" in done.stderr and "Nothing of this run is stored" in done.stderr
+    assert "suite/FillOnB" in done.stdout and "not judged" in done.stdout
+    report = project.report()
+    assert report["kind"] == "compare" and report["judged"] is False and report["interrupted"] is False
+    assert "database or disk is full" in report["problem"]
+    assert {r["workload"] for r in report["results"]} == {"suite/Quick", "suite/FillOnB"}
+    assert "not compared: " in (project.root / "summary.md").read_text()
+    junit = ET.parse(project.root / "junit.xml").getroot()
+    assert {p.get("name"): p.get("value") for p in junit.iter("property")}["judged"] == "false"
+    (history_disk / "filler").unlink()
+    with sqlite3.connect(db) as stored:
+        assert stored.execute("SELECT count(*) FROM runs").fetchone() == (1,)  # A, whole
     project.assert_clean(done)

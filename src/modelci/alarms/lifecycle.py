@@ -232,7 +232,8 @@ EVENT_DETAIL_MAX = 2000
 def log_event(store: Any, alarm_ids: Iterable[int], event: str, run_id: int | None = None, detail: str = "") -> None:
     """Append one event to each of some alarms (e.g. "notified", "notify-failed"), in one transaction."""
     with store.write() as session:
-        session.add_all(AlarmEventRow(alarm_id=i, event=event, run_id=run_id, detail=detail[:EVENT_DETAIL_MAX]) for i in alarm_ids)
+        session.add_all(AlarmEventRow(alarm_id=i, event=event, run_id=run_id, detail=detail[:EVENT_DETAIL_MAX])
+                        for i in alarm_ids)
 
 
 def _event(session: Any, row: AlarmRow, event: str, run_id: int | None = None, by: str = "", detail: str = "") -> None:

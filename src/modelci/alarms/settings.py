@@ -231,9 +231,9 @@ def _check_notify_values(settings: dict[str, Any], label: str) -> None:
     # at most a billion retries in the sum: one of hundreds of digits overflowed the float it is multiplied by
     worst = (1 + min(retries, 10**9)) * settings["timeout"] + settings["backoff"] * (2 ** min(retries, 64) - 1)
     if worst > MAX_NOTIFY_SECONDS:
+        held = f"{worst:.3g} s" if worst < float("inf") else "without end"
         raise UserError(f"{label}: retries = {short_number(retries)}, timeout = {settings['timeout']:g} and backoff = "
-                        f"{settings['backoff']:g} can hold the run "
-                        f"{f'{worst:.3g} s' if worst < float('inf') else 'without end'} (every attempt to its timeout, and "
+                        f"{settings['backoff']:g} can hold the run {held} (every attempt to its timeout, and "
                         f"the waits between them, which double); the run waits for its notifications, so keep it "
                         f"within {MAX_NOTIFY_SECONDS} s")
     if retries > MAX_RETRIES:

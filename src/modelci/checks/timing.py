@@ -190,11 +190,15 @@ def _non_finite_metric(name: str, baseline: Sequence[float], current: Sequence[f
     else:
         verdict, reason = "ok", (f"not finite on both sides ({bad_before} of {len(baseline)} before, {bad_now} of "
                                  f"{len(current)} now): no change to judge")
-    shown = lambda values: ", ".join(f"{v:.6g}" for v in list(values)[:3]) + (", ..." if len(values) > 3 else "")  # noqa: E731
-    what = f"{name} [{shown(baseline)}] -> [{shown(current)}] ({'not finite' if bad_now else 'finite'})"
+    what = f"{name} [{_few(baseline)}] -> [{_few(current)}] ({'not finite' if bad_now else 'finite'})"
     if policy.active and not policy.gate_user_metrics and verdict != "ok":
         reason += "; user metrics are report-only unless gate_user_metrics is set"
     return decided("metric", name, verdict, numbers, what, reason, gating=policy.active and policy.gate_user_metrics)
+
+
+def _few(values: Sequence[float]) -> str:
+    """The first three values, for a message."""
+    return ", ".join(f"{v:.6g}" for v in list(values)[:3]) + (", ..." if len(values) > 3 else "")
 
 
 def _rule(outcome: str, numbers: dict[str, Any], lower: bool, unit: str, floor: float | None, floor_name: str) -> str:

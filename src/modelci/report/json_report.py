@@ -81,8 +81,8 @@ def alarm_entries(report: Any) -> list[dict[str, Any]]:
 def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
     """The report of `modelci run`."""
     return {"schema": SCHEMA, "kind": "run", "regressed": regressed, "interrupted": outcome.interrupted,
-            "judged": getattr(outcome, "judged", True), "run": run_section(outcome), "results": result_entries(outcome.comparisons),
-            "alarms": alarm_entries(outcome.alarms)}
+            "judged": getattr(outcome, "judged", True), "run": run_section(outcome),
+            "results": result_entries(outcome.comparisons), "alarms": alarm_entries(outcome.alarms)}
 
 
 def compare_report(outcome: Any) -> dict[str, Any]:
@@ -99,6 +99,9 @@ def compare_report(outcome: Any) -> dict[str, Any]:
             # B's workloads that gave no result: the compare exits 1 for them, regressed or not
             "unmeasured": list(getattr(outcome, "unmeasured", [])),
             "interrupted": bool(getattr(outcome, "interrupted", False)),
+            # B's results unjudged: cancelled, or the history refused a side (`problem` says why)
+            "judged": not (getattr(outcome, "interrupted", False) or getattr(outcome, "problem", "")),
+            "problem": getattr(outcome, "problem", ""),
             "run": run_section(b) if b is not None else None,
             "baseline_run": run_section(a) if a is not None else None, "results": result_entries(outcome.comparisons),
             "alarms": alarm_entries(outcome.alarms), "environment_diff": env_diff}

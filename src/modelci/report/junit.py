@@ -93,6 +93,9 @@ def run_xml(outcome: Any) -> ET.Element:
     if getattr(outcome, "interrupted", False):
         properties["interrupted"] = "true"
         name += " (interrupted: only the workloads that finished, not compared)"
+    elif not getattr(outcome, "judged", True):  # not stored, or the history failed after storing it
+        properties["judged"] = "false"
+        name += " (not judged: the history failed; its cases say only whether each workload ran)"
     return suite_xml(name, outcome.comparisons, properties)
 
 
@@ -107,6 +110,9 @@ def compare_xml(outcome: Any) -> ET.Element:
         properties["interrupted"] = "true"
         name += (" (interrupted: only the workloads that finished, not compared)" if b is not None
                  else " (interrupted while A ran: B did not run)")
+    elif getattr(outcome, "problem", ""):
+        properties["judged"] = "false"
+        name += " (not compared: the history failed; its cases say only whether each workload ran)"
     return suite_xml(name, outcome.comparisons, properties)
 
 

@@ -147,6 +147,8 @@ def compare_summary(outcome: Any) -> str:
     if getattr(outcome, "interrupted", False):
         verdict = ("⚠️ interrupted: only the workloads that finished, not compared" if b is not None
                    else "⚠️ interrupted while A ran: B did not run")
+    if getattr(outcome, "problem", ""):
+        verdict = f"⚠️ not compared: {cell(outcome.problem.splitlines()[0][:300])}"
     side_b = f"`{cell(b.target.label)}` (run {b.run_id})" if b is not None else "not run"
     lines = [
         f"## modelci compare: {verdict}",

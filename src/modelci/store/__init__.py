@@ -507,8 +507,9 @@ class Store:
                     continue
                 full = _SQLITE_FULL in str(orig) or getattr(orig, "sqlstate", None) in _PG_FULL
                 tried = f" (tried {attempt} times over {waited:.0f} s)" if attempt > 1 else ""
-                raise StoreWriteError(f"could not store the run in {self.shown}{tried}: {_first_line(orig)}",
-                                      full, self.engine.dialect.name == "postgresql" and _connection_lost(exc)) from None
+                lost = self.engine.dialect.name == "postgresql" and _connection_lost(exc)
+                raise StoreWriteError(f"could not store the run in {self.shown}{tried}: {_first_line(orig)}", full,
+                                      lost) from None
         raise AssertionError("unreachable")
 
     def _ingest_once(self, target: Any, environment: Any, runner: str, results: list[Result],
