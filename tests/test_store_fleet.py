@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -379,10 +380,10 @@ def test_a_server_that_takes_the_connection_and_never_answers_is_a_message_not_a
         server.stop()
 
 
-@pytest.mark.slow
-def test_a_run_whose_server_restarts_as_it_is_stored_is_stored_once_the_server_is_back(tmp_path):
-    """The server restarts (an administrator, a failover) just as a run is stored: the transaction is rolled back,
-    and the run is stored again once the server answers, not lost after its workloads ran."""
+@contextmanager
+def _a_run_storing_behind_a_lock(tmp_path, *extra: str):
+    """A real server holding one run, and a second `modelci run` whose workload is done and whose store waits on a
+    lock that another session holds on `runs` (reads go on, its insert waits): (server, url, holder, process)."""
     import time
 
     import psycopg
@@ -395,22 +396,36 @@ def test_a_run_whose_server_restarts_as_it_is_stored_is_stored_once_the_server_i
     try:
         url = server.database()
         assert finish(modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine"))[0] == 0
-        holder = psycopg.connect(f"host=127.0.0.1 port={server.port} user=postgres dbname={url.rsplit('/', 1)[1]}")
-        holder.execute("LOCK TABLE runs IN EXCLUSIVE MODE")  # reads go on; the next run's insert waits
-        process = modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine")
+        holder = psycopg.connect(_conninfo(server, url))
+        holder.execute("LOCK TABLE runs IN EXCLUSIVE MODE")
+        process = modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine", *extra)
         for line in process.stderr:  # the workload is done: the run is being stored, behind the lock
             if "tiny/Fine" in line:
                 break
         time.sleep(1.0)
+        yield server, url, holder, process
+    finally:
+        server.stop()
+
+
+def _conninfo(server, url: str) -> str:
+    return f"host=127.0.0.1 port={server.port} user=postgres dbname={url.rsplit('/', 1)[1]}"
+
+
+@pytest.mark.slow
+def test_a_run_whose_server_restarts_as_it_is_stored_is_stored_once_the_server_is_back(tmp_path):
+    """The server restarts (an administrator, a failover) just as a run is stored: the transaction is rolled back,
+    and the run is stored again once the server answers, not lost after its workloads ran."""
+    import psycopg
+
+    with _a_run_storing_behind_a_lock(tmp_path) as (server, url, holder, process):
         server.restart()  # ends every session: the holder's, and the run's mid-transaction
         holder.close()
         code, out, err = finish(process)
         assert code == 0, out + err
         assert "Traceback" not in err and "not stored" not in out + err, err
-        with psycopg.connect(f"host=127.0.0.1 port={server.port} user=postgres dbname={url.rsplit('/', 1)[1]}") as db:
+        with psycopg.connect(_conninfo(server, url)) as db:
             assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("complete",), ("complete",)]
-    finally:
-        server.stop()
 
 
 @pytest.mark.slow
@@ -421,24 +436,8 @@ def test_a_cancel_while_the_store_waits_for_a_server_that_is_gone_ends_at_once_w
     import signal
     import time
 
-    import psycopg
-    from pgserver import PostgresServer
-
-    suite = tmp_path / "tiny"
-    suite.mkdir()
-    (suite / "models.py").write_text(SUITE)
-    server = PostgresServer().start()
-    try:
-        url = server.database()
-        assert finish(modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine"))[0] == 0
-        holder = psycopg.connect(f"host=127.0.0.1 port={server.port} user=postgres dbname={url.rsplit('/', 1)[1]}")
-        holder.execute("LOCK TABLE runs IN EXCLUSIVE MODE")
-        process = modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k", "Fine",
-                          "--json", str(tmp_path / "report.json"))
-        for line in process.stderr:
-            if "tiny/Fine" in line:
-                break
-        time.sleep(1.0)
+    with _a_run_storing_behind_a_lock(tmp_path, "--json", str(tmp_path / "report.json")) as (server, _, holder,
+                                                                                              process):
         server.halt()  # gone, and it stays gone: the store tries again, and again
         holder.close()
         time.sleep(3.0)
@@ -452,5 +451,3 @@ def test_a_cancel_while_the_store_waits_for_a_server_that_is_gone_ends_at_once_w
         report = json.loads((tmp_path / "report.json").read_text())
         assert report["run"] is None or report["run"]["id"] is None, report["run"]
         assert [r["workload"] for r in report["results"]] == ["tiny/Fine"]
-    finally:
-        server.stop()
