@@ -138,6 +138,20 @@ def recover(cache_dir: Path | str, url: str, store: Any, log: Callable[[str], ob
     return stored
 
 
+def waiting(cache_dir: Path | str) -> list[Path]:
+    """The journals of killed runs in `cache_dir` that wait for a run on their history to store them (their
+    owner's lock is free), oldest first; `env gc` names them rather than remove results nothing else holds."""
+    root = Path(cache_dir) / FOLDER
+    found = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        owner = _take(folder)
+        if owner is not None:
+            owner.close()
+            if any(folder.glob(f"*{RESULT_SUFFIX}")):
+                found.append(folder)
+    return sorted(found, key=lambda folder: folder.stat().st_mtime)
+
+
 def _take(folder: Path) -> Any:
     """The journal's owner lock, taken (its run is gone), or None while its run holds it."""
     try:

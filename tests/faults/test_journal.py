@@ -32,6 +32,9 @@ def test_a_run_killed_outright_is_stored_by_the_next_run_as_interrupted(project)
     cache = _own_cache(project)
     killed = _killed_midway(project)
     project.assert_clean(killed)  # its worker and the hanging workload went with it
+    gc = project.cli("env", "gc", "--keep", "5")  # names the journal, and leaves it: its results are nowhere else
+    assert "1 journal(s) of runs killed before they were stored wait in" in gc.stdout, gc.stdout + gc.stderr
+    assert len(list((cache / "journals").iterdir())) == 1
     project.marker("hanging").unlink()
     project.workloads(QUICK)
     done = project.run()

@@ -202,6 +202,13 @@ def _gc(args, cfg) -> int:
     out.print(f"removed {len(report.removed)} environment(s), freed {report.freed_bytes / 1e6:.1f} MB "
               "outside uv's cache; "
               f"kept {len(report.kept)}" + (f", skipped {len(report.busy)} in use" if report.busy else ""))
+    from modelci import journal
+
+    kept = journal.waiting(cfg.cache_dir)
+    if kept:  # results nothing else holds: named, not removed
+        out.print(f"{len(kept)} journal(s) of runs killed before they were stored wait in {kept[0].parent} (the "
+                  f"oldest {kept[0].name}): the next `modelci run` on each one's history stores them; remove a "
+                  "folder to give its results up", markup=False, highlight=False)
     return EXIT_OK
 
 
