@@ -36,9 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import modelci
+from modelci.records import Result
 
 #: the folder of the journals, under cache_dir
 FOLDER = "journals"
+#: the suffix of a journal being made (recovery leaves it alone)
+STARTING = ".starting"
 OWNER_LOCK = "owner.lock"
 META = "meta.json"
 RESULT_SUFFIX = ".result"
@@ -57,15 +60,20 @@ class Journal:
         """`run` holds what storing the run needs besides its results: target, environment, runner, suites,
         selection, command, started_at (Store.ingest's arguments)."""
         self._log, self.failed = log, ""
-        self.folder = Path(cache_dir) / FOLDER / uuid.uuid4().hex
-        self.folder.mkdir(parents=True)
-        self._owner = open(self.folder / OWNER_LOCK, "w")  # noqa: SIM115 - held for the run's life
+        name = uuid.uuid4().hex
+        # made under a name recovery skips, and locked, before it takes its own name: a recovery running meanwhile
+        # (another run starting) found it unlocked and without its meta, and took it for a dead run's
+        starting = Path(cache_dir) / FOLDER / (name + STARTING)
+        starting.mkdir(parents=True)
+        self._owner = open(starting / OWNER_LOCK, "w")  # noqa: SIM115 - held for the run's life
         fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._count = 0
-        _write(self.folder / "run.pickle", pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
+        _write(starting / "run.pickle", pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
         meta = {"history": history_key(url), "modelci_version": modelci.__version__, "pid": os.getpid(),
                 "host": os.uname().nodename, "runner": run.get("runner", ""), "command": run.get("command", "")}
-        _write(self.folder / META, json.dumps(meta).encode())
+        _write(starting / META, json.dumps(meta).encode())
+        self.folder = starting.with_name(name)
+        os.replace(starting, self.folder)  # the lock stays held: it is on the open file, not the name
 
     def add(self, result: Any) -> None:
         """Keep one fresh result (with its outputs) until the run is stored. A journal that cannot be written (a
@@ -82,9 +90,22 @@ class Journal:
                       "stored would lose its results")
 
     def close(self) -> None:
-        """The run is stored (or the history refused it, and said so): the journal goes."""
+        """The run is stored: the journal goes."""
         shutil.rmtree(self.folder, ignore_errors=True)
         self._owner.close()
+
+    @property
+    def holds_results(self) -> bool:
+        """Whether the journal holds every result it was given."""
+        return bool(self._count) and not self.failed
+
+    def keep(self) -> None:
+        """The run could not be stored (the history refused it, the command failed before storing it): the journal
+        stays, unlocked, for the next run on the history to store its results."""
+        self._owner.close()
+        if self.holds_results:
+            self._log(f"the {self._count} result(s) of this run are kept in {self.folder}: the next `modelci run` "
+                      "on this history stores them, marked interrupted")
 
 
 def start(cache_dir: Path | str, store: Any, run: dict[str, Any], log: Callable[[str], object]) -> Journal | None:
@@ -125,12 +146,18 @@ def recover(cache_dir: Path | str, url: str, store: Any, log: Callable[[str], ob
     if not root.is_dir():
         return []
     stored = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.endswith(STARTING)):
         owner = _take(folder)
         if owner is None:  # its run is still going
             continue
         try:
             run_id = _recover_one(folder, url, store, log)
+        except Exception as exc:  # noqa: BLE001 - one journal that cannot be stored must not hold up the others
+            said = str(exc).strip()
+            log(f"could not store the results of a killed run kept in {folder} ({type(exc).__name__}"
+                + (f": {said.splitlines()[0][:200]}" if said else "") + "); they are kept for the next run, or "
+                "remove the folder to give them up")
+            run_id = None
         finally:
             owner.close()
         if run_id is not None:
@@ -169,10 +196,16 @@ def _take(folder: Path) -> Any:
 def _recover_one(folder: Path, url: str, store: Any, log: Callable[[str], object]) -> int | None:
     try:
         meta = json.loads((folder / META).read_text())
-    except (OSError, ValueError):
-        # killed before it wrote its meta: it holds no result either
-        if not any(folder.glob(f"*{RESULT_SUFFIX}")):
+    except (OSError, ValueError) as exc:
+        if not any(folder.glob(f"*{RESULT_SUFFIX}")):  # killed before it wrote its meta: it holds no result
             shutil.rmtree(folder, ignore_errors=True)
+        else:
+            log(f"a journal of a killed run in {folder} has no readable {META} ({type(exc).__name__}), so its "
+                "history is unknown and its results are not stored; remove the folder to give them up")
+        return None
+    if not isinstance(meta, dict):
+        log(f"a journal of a killed run in {folder} has a {META} that is no JSON object; its results are not "
+            "stored: remove the folder to give them up")
         return None
     if meta.get("history") != history_key(url):
         return None
@@ -187,15 +220,33 @@ def _recover_one(folder: Path, url: str, store: Any, log: Callable[[str], object
         return None
     try:
         run = pickle.loads((folder / "run.pickle").read_bytes())
-        results = [pickle.loads(path.read_bytes()) for path in results_files]
+        if not isinstance(run, dict):
+            raise TypeError(f"run.pickle holds {type(run).__name__}, not the run's fields")
     except Exception as exc:  # noqa: BLE001 - any unpickling failure: the journal is kept and named
-        log(f"a run killed before it was stored left results in {folder} that cannot be read "
-            f"({type(exc).__name__}: {exc}); remove the folder")
+        log(f"a run killed before it was stored left results in {folder} whose run cannot be read "
+            f"({type(exc).__name__}: {exc}); remove the folder to give them up")
+        return None
+    results, unreadable = [], []
+    for path in results_files:  # one cut or damaged result loses itself, not the others
+        try:
+            result = pickle.loads(path.read_bytes())
+            if not isinstance(result, Result):
+                raise TypeError(f"it holds {type(result).__name__}, not a result")
+            results.append(result)
+        except Exception as exc:  # noqa: BLE001 - named below
+            unreadable.append(f"{path.name} ({type(exc).__name__})")
+    if not results:
+        log(f"a run killed before it was stored left results in {folder} that cannot be read: "
+            f"{', '.join(unreadable)}; remove the folder to give them up")
         return None
     started = run.get("started_at")
     run_id = store.ingest(**dict(run, results=results, status="interrupted"))
     shutil.rmtree(folder, ignore_errors=True)
+    if unreadable:
+        log(f"of the earlier run stored as run {run_id}, {len(unreadable)} result(s) could not be read and are lost: "
+            f"{', '.join(unreadable)}")
     when = started.isoformat(timespec="seconds") if isinstance(started, datetime) else "earlier"
-    log(f"stored run {run_id} ({len(results)} result(s), marked interrupted) from a run that was killed before it "
-        f"was stored (started {when}, pid {meta.get('pid')} on {meta.get('host')}: {meta.get('command') or 'run'})")
+    log(f"stored run {run_id} ({len(results)} result(s), marked interrupted) from an earlier run that was not stored "
+        f"(killed, or refused by the history; started {when}, pid {meta.get('pid')} on {meta.get('host')}: "
+        f"{meta.get('command') or 'run'})")
     return run_id

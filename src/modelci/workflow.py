@@ -121,6 +121,8 @@ class RunOutcome:
     interrupted: bool = False
     #: why the run could not be stored (NotStored), or "": `comparisons` then hold what finished, not judged
     unstored: str = ""
+    #: True when the run could not be stored and its journal keeps its results for the next run (modelci.journal)
+    kept: bool = False
     #: False when no check ran on the results (cancelled, not stored, or the history failed after storing them):
     #: an empty list of findings then means nothing, not a pass
     judged: bool = True
@@ -216,6 +218,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             # the results of a run killed outright (SIGKILL) before it was stored, kept by its journal
             journal.recover_safely(config.cache_dir, store, progress.note)
             kept = journal.start(config.cache_dir, store, run_fields, progress.note)
+            for result in results if kept is not None else ():  # the suite files that did not import
+                kept.add(result)
         try:
             with _timed(timings, "execute"):
                 results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch,
@@ -235,8 +239,15 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                     raise Interrupted(outcome.run_id, _unjudged(outcome, results),
                                       "interrupted" if interrupted else UNJUDGED) from None
         finally:
-            if kept is not None:  # stored, refused (and said), or cut by an error: only a SIGKILL leaves it
-                kept.close()
+            if kept is not None:
+                # stored (or nothing to store): it goes; refused by the history, or cut by an error before it was
+                # stored: it stays, for the next run on this history (a SIGKILL leaves it the same way)
+                stored = outcome.run_id is not None or not results or len(results) <= outcome.reused
+                if stored:
+                    kept.close()
+                else:
+                    kept.keep()
+                    outcome.kept = kept.holds_results
         if interrupted:
             raise Interrupted(outcome.run_id, _unjudged(outcome, results))
         # saved models become compat records while the scratch folder still holds them; their inputs
@@ -313,7 +324,8 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
     except StoreWriteError as exc:
         _unjudged(outcome, run["results"], False)
         outcome.unstored = str(exc)
-        fix = ("free space for the history (or point db elsewhere) and run again" if exc.full
+        fix = ("free space for the history (or point db elsewhere); the next run on it stores these results too"
+               if exc.full
                else "run again once the server answers" if exc.lost
                else "fix what the history refused and run again")
         raise NotStored(f"{exc}. Nothing of this run is stored; {fix}", outcome) from None

@@ -33,13 +33,13 @@ def test_a_run_killed_outright_is_stored_by_the_next_run_as_interrupted(project)
     killed = _killed_midway(project)
     project.assert_clean(killed)  # its worker and the hanging workload went with it
     gc = project.cli("env", "gc", "--keep", "5")  # names the journal, and leaves it: its results are nowhere else
-    assert "1 journal(s) of runs killed before they were stored wait in" in gc.stdout, gc.stdout + gc.stderr
+    assert "1 journal(s) of runs not stored (killed, or refused by the history) wait in" in gc.stdout, gc.stdout
     assert len(list((cache / "journals").iterdir())) == 1
     project.marker("hanging").unlink()
     project.workloads(QUICK)
     done = project.run()
     assert done.returncode == 0, done.stderr
-    assert "from a run that was killed before it was stored" in done.stderr, done.stderr
+    assert "from an earlier run that was not stored (killed" in done.stderr, done.stderr
     runs = project.stored("SELECT id, status FROM runs ORDER BY id")
     assert [status for _, status in runs] == ["interrupted", "complete"]
     assert f"stored run {runs[0][0]} (1 result(s), marked interrupted)" in done.stderr
@@ -49,7 +49,7 @@ def test_a_run_killed_outright_is_stored_by_the_next_run_as_interrupted(project)
                           "WHERE run_id = ?", runs[0][0]) == [(1,)]  # its output arrays too
     assert not list((cache / "journals").iterdir())  # taken once
     again = project.run()
-    assert "killed before it was stored" not in again.stderr
+    assert "from an earlier run that was not stored" not in again.stderr
     assert len(project.stored("SELECT id FROM runs")) == 3
 
 
@@ -63,10 +63,10 @@ def test_a_journal_is_left_alone_while_its_run_goes_on_and_by_runs_on_another_hi
         assert proc.poll() is None, proc.communicate()
         other = project.cli("--db", str(project.root / "other.db"), "run", "--target", "current", "--suite", "suite",
                             "-k", "Quick")
-        assert other.returncode == 0 and "killed before it was stored" not in other.stderr, other.stderr
+        assert other.returncode == 0 and "from an earlier run that was not stored" not in other.stderr, other.stderr
         project.workloads(QUICK)
         same = project.cli("run", "--target", "current", "--suite", "suite")
-        assert same.returncode == 0 and "killed before it was stored" not in same.stderr, same.stderr
+        assert same.returncode == 0 and "from an earlier run that was not stored" not in same.stderr, same.stderr
         assert [s for (s,) in project.stored("SELECT status FROM runs")] == ["complete"]
         assert len(list((cache / "journals").iterdir())) == 1  # the live run's
     finally:
@@ -74,4 +74,59 @@ def test_a_journal_is_left_alone_while_its_run_goes_on_and_by_runs_on_another_hi
         proc.communicate(timeout=60)
     time.sleep(0.5)
     later = project.cli("run", "--target", "current", "--suite", "suite")
-    assert "(1 result(s), marked interrupted) from a run that was killed" in later.stderr, later.stderr
+    assert "(1 result(s), marked interrupted) from an earlier run that was not stored" in later.stderr, later.stderr
+
+
+def test_a_bad_journal_is_named_and_holds_up_no_other_and_a_cut_result_loses_only_itself(project):
+    """One journal whose meta is no JSON object stopped the recovery of every journal after it, on every run; one
+    result file cut short lost the whole journal. The suite file that did not import is in the journal too."""
+    import shutil
+
+    cache = _own_cache(project)
+    (project.suite).mkdir(parents=True, exist_ok=True)
+    (project.suite / "broken.py").write_text("raise ImportError('broken on purpose')\n")
+    _killed_midway(project)
+    (journal,) = (cache / "journals").iterdir()
+    assert len(list(journal.glob("*.result"))) == 2  # broken.py's error, and Quick
+    bad = cache / "journals" / ("0" * 32)
+    shutil.copytree(journal, bad)
+    (bad / "meta.json").write_text("null")
+    cut = cache / "journals" / ("f" * 32)
+    shutil.copytree(journal, cut)
+    last = sorted(cut.glob("*.result"))[-1]
+    last.write_bytes(last.read_bytes()[:100])
+    project.marker("hanging").unlink()
+    project.workloads(QUICK)
+    done = project.run()
+    assert done.returncode == 1, done.stderr  # broken.py fails this run too
+    assert f"{bad} has a meta.json that is no JSON object" in done.stderr, done.stderr
+    assert f"1 result(s) could not be read and are lost: {last.name}" in done.stderr, done.stderr
+    runs = project.stored("SELECT id, status FROM runs ORDER BY id")
+    assert [status for _, status in runs] == ["interrupted", "interrupted", "complete"]
+    stored = [sorted(project.stored("SELECT workload, status FROM results WHERE run_id = ?", run_id))
+              for run_id, _ in runs[:2]]
+    assert sorted(stored) == sorted([[("suite/Quick", "ok"), ("suite/broken.py", "error")],
+                                     [("suite/broken.py", "error")]]), stored
+    assert [p.name for p in (cache / "journals").iterdir()] == [bad.name]  # kept, and named each time
+
+
+def test_a_run_the_history_refuses_is_kept_for_the_next_run(project, tmp_path):
+    """The history refused the run (here a trigger, as a full disk would): its results were only in the report
+    files. The journal now stays, and the next run on the history stores them."""
+    import sqlite3
+
+    cache = _own_cache(project)
+    project.workloads(QUICK)
+    assert project.run().returncode == 0
+    with sqlite3.connect(project.db) as db:
+        db.execute("CREATE TRIGGER refuse_runs BEFORE INSERT ON runs BEGIN SELECT RAISE(FAIL, 'refused'); END")
+    refused = project.run()
+    assert refused.returncode == 3 and "Nothing of this run is stored" in refused.stderr, refused.stderr
+    assert "the 1 result(s) of this run are kept in" in refused.stderr, refused.stderr
+    with sqlite3.connect(project.db) as db:
+        db.execute("DROP TRIGGER refuse_runs")
+    again = project.run()
+    assert again.returncode == 0 and "from an earlier run that was not stored" in again.stderr, again.stderr
+    assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == [
+        "complete", "interrupted", "complete"]
+    assert not list((cache / "journals").iterdir())

@@ -74,7 +74,7 @@ def test_a_postgresql_history_on_a_full_disk_shows_and_reports_the_results_it_co
     # the advice only a full history gets, and not the other one
     assert "Nothing of this run is stored; free space for the history (or point db elsewhere)" in done.stderr
     assert "fix what the history refused" not in done.stderr
-    assert "The results shown above, and the report files asked for, are the run's only record" in done.stderr
+    assert "the next run on this history stores them from the run's journal" in done.stderr
     assert "https://" not in done.stderr  # no pointer to SQLAlchemy's or the driver's docs
     # said: on the console, and in every report file, with no run id
     assert "run not stored (not compared)" in done.stdout and "suite/Filler" in done.stdout
@@ -94,7 +94,9 @@ def test_a_postgresql_history_on_a_full_disk_shows_and_reports_the_results_it_co
     again = project.run()
     assert again.returncode == 0, again.stderr
     assert project.report()["run"]["id"] is not None
-    assert _runs(postgres_server, database) == 1
+    # the refused run's results too, from its journal, marked interrupted
+    assert "from an earlier run that was not stored" in again.stderr, again.stderr
+    assert _runs(postgres_server, database) == 2
     project.assert_clean(again)
 
 
@@ -135,7 +137,7 @@ def test_a_postgresql_history_that_refuses_a_run_for_another_reason_gets_no_free
         connection.execute("DROP TRIGGER refuse_runs ON runs")
     again = project.run()
     assert again.returncode == 0, again.stderr
-    assert _runs(postgres_server, database) == 2
+    assert _runs(postgres_server, database) == 3  # the refused run, from its journal, and this one
 
 
 def test_a_run_whose_connections_the_server_dropped_while_it_ran_is_stored(project, postgres_server):

@@ -116,6 +116,9 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
             if args.json_path:
                 json_report.write(args.json_path, json_report.run_report(exc.outcome, workflow.failed(exc.outcome)))
             _write_report_files(args, exc.outcome)
+        if exc.outcome.kept:  # its journal keeps them: the next run on this history stores them
+            raise HarnessError(f"{exc}. The results are shown above and in the report files asked for, and the next "
+                               "run on this history stores them from the run's journal") from None
         raise HarnessError(f"{exc}. The results shown above, and the report files asked for, are the run's only "
                            "record") from None
     views.render_run(outcome, views.console())
