@@ -27,3 +27,36 @@ def short_number(value: object) -> str:
     integer has no bound, and a message of 400 digits hides what it says)."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
+
+
+def described(exc: BaseException, limit: int = 300) -> str:
+    """An exception in a few words: its type and the first line of its message (`MemoryError()` says nothing)."""
+    said = str(getattr(exc, "orig", None) or exc).strip()
+    return type(exc).__name__ + (f": {said.splitlines()[0][:limit]}" if said else "")
+
+
+#: how a disk that is full (or a quota spent, or a file-size limit hit) reads in a child's or a tool's output:
+#: the OS's words, and Rust's io errors as uv prints them
+NO_SPACE_WORDS = ("No space left on device", "Disk quota exceeded", "File too large", "os error 28", "os error 122",
+                  "os error 27")
+
+
+def no_space_in(text: str) -> str | None:
+    """The words of `text` that say a disk was full or a file-size limit hit, or None."""
+    return next((words for words in NO_SPACE_WORDS if words in text), None)
+
+
+def free_bytes(path: object) -> int | None:
+    """The bytes free to this user on the disk of `path` (or of its folder, when it does not exist yet), or None
+    where that cannot be told."""
+    import os
+    from pathlib import Path
+
+    if path is None:
+        return None
+    path = Path(str(path))
+    try:
+        stats = os.statvfs(path if path.exists() else path.parent)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize

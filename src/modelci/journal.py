@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import modelci
+from modelci.errors import described
 from modelci.records import Result
 
 #: the folder of the journals, under cache_dir
@@ -124,8 +125,8 @@ def recover_safely(cache_dir: Path | str, store: Any, log: Callable[[str], objec
     try:
         return recover(cache_dir, store.url, store, log)
     except Exception as exc:  # noqa: BLE001 - the run that found it must still run
-        log(f"could not store the results of a killed run kept under {Path(cache_dir) / FOLDER} "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); they are kept for the next run")
+        log(f"could not store the results of killed runs kept under {Path(cache_dir) / FOLDER} "
+            f"({described(exc, 200)}); they are kept for the next run")
         return []
 
 
@@ -153,10 +154,8 @@ def recover(cache_dir: Path | str, url: str, store: Any, log: Callable[[str], ob
         try:
             run_id = _recover_one(folder, url, store, log)
         except Exception as exc:  # noqa: BLE001 - one journal that cannot be stored must not hold up the others
-            said = str(exc).strip()
-            log(f"could not store the results of a killed run kept in {folder} ({type(exc).__name__}"
-                + (f": {said.splitlines()[0][:200]}" if said else "") + "); they are kept for the next run, or "
-                "remove the folder to give them up")
+            log(f"could not store the results of a killed run kept in {folder} ({described(exc, 200)}); they are "
+                "kept for the next run, or remove the folder to give them up")
             run_id = None
         finally:
             owner.close()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from modelci import builds, cancel, checks, envs, execute, journal, steps, targets
 from modelci.config import Config
-from modelci.errors import HarnessError, UserError
+from modelci.errors import HarnessError, UserError, described
 from modelci.execute import forked, local
 from modelci.execute.base import DISCOVERY_TIMEOUT, Executor
 from modelci.execute.local import WorkloadInfo
@@ -34,16 +34,20 @@ if TYPE_CHECKING:
 # `calibrate` and `bisect` share with `run` are in `modelci.steps`, below all of them.
 
 
-class NotStored(HarnessError):
-    """The history refused the run (a full disk): nothing of it is stored. `outcome` holds what finished, not
-    judged (`unstored` says why), so that the command can still show the results and write its report files:
-    they are then the only record of the run."""
+class Unjudged(HarnessError):
+    """The history failed a run: `outcome` holds its results, not judged, so that the command still shows them and
+    writes its report files; the message says what is stored and what is not."""
 
     def __init__(self, message: str, outcome: RunOutcome):
         super().__init__(message)
         self.outcome = outcome
         #: set by `compare`: what each side finished (CompareOutcome, B unjudged, `problem` this message)
         self.compare: CompareOutcome | None = None
+
+
+class NotStored(Unjudged):
+    """The history refused the run (a full disk): nothing of it is stored (`outcome.unstored` says why); its
+    journal keeps the results for the next run (`outcome.kept`), else the report files are their only record."""
 
 
 #: how a run is stored when a signal came after every workload finished: whole, but the signal skipped its checks
@@ -53,16 +57,9 @@ IN_ALARM_STEP = ("complete and judged; the signal came in its alarm step, so the
                  "`modelci alarms` shows what the step recorded before it")
 
 
-class Unfinished(HarnessError):
+class Unfinished(Unjudged):
     """The run is stored (`outcome.run_id`), but a step after it failed: the artifact store took no outputs, or the
-    history refused the findings or the alarms. `outcome` holds the results, not judged, so that the command
-    still shows them and writes its report files; the message says what is stored and what is not."""
-
-    def __init__(self, message: str, outcome: RunOutcome):
-        super().__init__(message)
-        self.outcome = outcome
-        #: set by `compare`, as on NotStored
-        self.compare: CompareOutcome | None = None
+    history refused the findings or the alarms."""
 
 
 class Interrupted(Exception):
@@ -269,10 +266,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                 raise
             # the history or the disk failed after the run was stored (a full disk, a server gone, no memory
             # left): that was a traceback and exit 1, as for a regression, and no report file
-            said = str(getattr(exc, "orig", None) or exc).strip()  # MemoryError() says nothing
-            why = type(exc).__name__ + (f": {said.splitlines()[0][:300]}" if said else "")
             raise Unfinished(f"run {outcome.run_id} is stored, but its checks and alarms could not be finished "
-                             f"({why}); its results are shown and written to the report files unjudged. Fix that "
+                             f"({described(exc)}); its results are shown and written to the report files unjudged. Fix that "
                              "and the next run is judged as usual", _unjudged(outcome, results, False)) from None
         return outcome
     finally:
@@ -718,7 +713,7 @@ def compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], pa
     except Interrupted as exc:
         exc.compare = _interrupted_compare(sides, exc.outcome)
         raise
-    except (NotStored, Unfinished) as exc:  # a side the history refused, or failed after: its results, unjudged
+    except Unjudged as exc:  # a side the history refused, or failed after: its results, unjudged
         exc.compare = _interrupted_compare(sides, exc.outcome, problem=str(exc))
         raise
     except KeyboardInterrupt:  # between the runs (the checks, storing the findings): both sides are stored

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from modelci.alarms.lifecycle import AlarmEvent
-from modelci.errors import UserError
+from modelci.errors import UserError, described
 
 log = logging.getLogger("modelci.notify")
 #: bump when the JSON a webhook receives changes in a way that breaks a reader
@@ -364,9 +364,7 @@ def deliver(config: Any, events: list[AlarmEvent], *, outcome: Any = None, store
             delivery = (Delivery(describe(entry), False, 0, f"{describe(entry)}: {refused}") if refused
                         else attempt(entry, functools.partial(send, entry, message, environ), sleep))
         except Exception as exc:  # noqa: BLE001 - a notifier's own failure is a failed delivery, never the run's
-            said = str(exc).strip()
-            delivery = Delivery(describe(entry), False, 1, f"{describe(entry)}: {type(exc).__name__}"
-                                                           + (f": {said.splitlines()[0][:200]}" if said else ""))
+            delivery = Delivery(describe(entry), False, 1, f"{describe(entry)}: {described(exc, 200)}")
         deliveries.append(delivery)
         if store is not None and wanted:
             from modelci.alarms import lifecycle

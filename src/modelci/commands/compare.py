@@ -48,7 +48,7 @@ def main(args, cfg) -> int:
             with cancel.deferred():
                 _write_report_files(args, exc.compare)
         return EXIT_INTERRUPTED
-    except (workflow.NotStored, workflow.Unfinished) as exc:
+    except workflow.Unjudged as exc:
         # the history refused a side (or failed after storing it): its results are shown and written to the
         # report files, unjudged; they were lost with the message, where `run` kept them
         views.render_run(exc.outcome, views.console())

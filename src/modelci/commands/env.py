@@ -207,9 +207,8 @@ def _gc(args, cfg) -> int:
     kept = journal.waiting(cfg.cache_dir)
     if kept:  # results nothing else holds: named, not removed
         out.print(f"{len(kept)} journal(s) of runs not stored (killed, or refused by the history) wait in "
-                  f"{kept[0].parent} (the "
-                  f"oldest {kept[0].name}): the next `modelci run` on each one's history stores them; remove a "
-                  "folder to give its results up", markup=False, highlight=False)
+                  f"{kept[0].parent} (the oldest {kept[0].name}): the next `modelci run` on each one's history "
+                  "stores them; remove a folder to give its results up", markup=False, highlight=False)
     return EXIT_OK
 
 

@@ -103,19 +103,15 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
                     json_report.write(args.json_path, json_report.run_report(exc.outcome, True))
                 _write_report_files(args, exc.outcome)
         return EXIT_INTERRUPTED
-    except workflow.Unfinished as exc:  # the run is stored, a step after it failed: its results, not judged
+    except workflow.Unjudged as exc:  # the history failed the run: its results are shown and written, unjudged
         views.render_run(exc.outcome, views.console())
-        with cancel.deferred(), files.writing(report_paths(args), stored(exc.outcome.run_id)):
+        done = stored(exc.outcome.run_id) or "nothing of the run is stored"
+        with cancel.deferred(), files.writing(report_paths(args), done):
             if args.json_path:
                 json_report.write(args.json_path, json_report.run_report(exc.outcome, workflow.failed(exc.outcome)))
             _write_report_files(args, exc.outcome)
-        raise HarnessError(str(exc)) from None
-    except workflow.NotStored as exc:  # the results are shown and written to the report files: their only record
-        views.render_run(exc.outcome, views.console())
-        with cancel.deferred(), files.writing(report_paths(args), "nothing of the run is stored"):
-            if args.json_path:
-                json_report.write(args.json_path, json_report.run_report(exc.outcome, workflow.failed(exc.outcome)))
-            _write_report_files(args, exc.outcome)
+        if isinstance(exc, workflow.Unfinished):
+            raise HarnessError(str(exc)) from None
         if exc.outcome.kept:  # its journal keeps them: the next run on this history stores them
             raise HarnessError(f"{exc}. The results are shown above and in the report files asked for, and the next "
                                "run on this history stores them from the run's journal") from None

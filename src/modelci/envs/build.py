@@ -31,7 +31,7 @@ from modelci import locks
 from modelci.envs import lockfile
 from modelci.envs.fingerprint import collect, numerics_env, parse_lock
 from modelci.envs.pipconfig import IndexConfig
-from modelci.errors import HarnessError, UserError
+from modelci.errors import HarnessError, UserError, no_space_in
 from modelci.execute import supervisor
 from modelci.workload.lifeline import CANNOT_RUN
 
@@ -376,16 +376,13 @@ def _run_uv(uv: str, args: list[str], cache_dir: Path,
             stream.close()
     if code == 127 and err.startswith(CANNOT_RUN):
         raise HarnessError(f"could not run uv ({uv}): {err.strip()}")
-    if code != 0 and any(words in err for words in NO_SPACE):
+    if code != 0 and no_space_in(err):
         # not the requirement's fault nor the index's, which is what each caller's message would advise
         raise HarnessError(f"uv found no room on the disk of the environments' cache ({cache_dir}): "
                            f"{_uv_reason(err)}\nFree space there, or set cache_dir (MODELCI_CACHE_DIR) to a folder "
                            "on a bigger disk; `modelci env gc` removes the environments no run needs")
     return subprocess.CompletedProcess([uv, *args], code, out, err)
 
-
-#: how uv (Rust's io errors) says that a disk is full or a quota spent
-NO_SPACE = ("No space left on device", "os error 28", "Disk quota exceeded", "os error 122")
 
 
 def _uv_reason(stderr: str) -> str:

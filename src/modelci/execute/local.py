@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 import modelci
-from modelci.errors import HarnessError, UserError
+from modelci.errors import HarnessError, UserError, free_bytes, no_space_in
 from modelci.execute import supervisor
 from modelci.execute.base import DISCOVERY_TIMEOUT
 from modelci.records import Metric, Result
@@ -177,8 +176,7 @@ def discovery_failed(python: Path, stderr: Path, timed_out: float | None, died: 
            if timed_out is not None
            else "ended without its result" + (f" ({died})" if died else ""))
     where = f" while importing {files[-1]}: does that file block or exit at import?" if files else ""
-    full = next((words for words in ("No space left on device", "Disk quota exceeded", "File too large")
-                 if words in text), None)
+    full = no_space_in(text)
     if full and timed_out is None:  # the suite is not at fault: its result had no room to be written
         where = (f": it could not write its result ({full}): free space under cache_dir (where the scratch "
                  "folders are), or raise the file-size limit (ulimit -f)")
@@ -272,7 +270,7 @@ def child_outcome(workload: WorkloadInfo, out: Path, code: int | None, seconds: 
         return Result(status="crashed", reason=f"killed by {signal_name(-code)}", **base)
     if code != 0 or not result_file.exists():
         reason = f"the process exited with code {code} before writing its result"
-        left = _free_bytes(out)
+        left = free_bytes(out)
         if left is not None and left < FULL_BELOW:  # its traceback too may have found no room in stderr.txt
             reason += (f"; the disk of its scratch folder {out.parent} is full ({left // 1024} KiB free): free space "
                        "there, or set cache_dir to a folder on a bigger disk")
@@ -282,14 +280,6 @@ def child_outcome(workload: WorkloadInfo, out: Path, code: int | None, seconds: 
 
 #: a scratch disk with less room than this is full: a child could not have written its result there
 FULL_BELOW = 1 << 20
-
-
-def _free_bytes(folder: Path) -> int | None:
-    """Bytes free on the disk of `folder`, None where that cannot be told."""
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return None
 
 
 def load_child_result(data: dict[str, Any], out: Path, base: dict[str, Any]) -> Result:

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import modelci
 from modelci import cancel
-from modelci.errors import HarnessError, UserError
+from modelci.errors import HarnessError, UserError, free_bytes
 from modelci.targets import label as target_label, order_key
 from modelci.records import Metric, Result, clean, clean_result, clean_text
 from modelci.store import alarms_schema  # noqa: F401  (registers its tables with Base)
@@ -88,17 +88,6 @@ _PG_LOST = ("57P01", "57P02", "57P03")
 
 #: less free space than this beside a SQLite history that cannot be opened is named as the likely reason
 LOW_DISK_BYTES = 1 << 20
-
-
-def _free_bytes(path: Path | None) -> int | None:
-    """The bytes free to this user on the disk of `path` (a SQLite file, which may not exist yet), or None."""
-    if path is None:
-        return None
-    try:
-        stats = os.statvfs(path if path.exists() else path.parent)
-    except OSError:
-        return None
-    return stats.f_bavail * stats.f_frsize
 
 
 def _pause(seconds: float) -> None:
@@ -453,7 +442,7 @@ class Store:
                                 "`history`, `show`, `alarms` and `report` can read it where it is") from None
             # a refused connection, a file that is not a database, a server gone away: the harness cannot run
             why = _first_line(exc.orig)
-            free = _free_bytes(sqlite_file(self.url))
+            free = free_bytes(sqlite_file(self.url))
             if free is not None and free < LOW_DISK_BYTES:  # SQLite says "disk I/O error" of a full disk
                 why += f" (the disk holding it has {free // 1024} KiB free: free space there, or give a db elsewhere)"
             if "timeout expired" in why:
@@ -499,15 +488,14 @@ class Store:
             except SQLAlchemyError as exc:
                 orig = getattr(exc, "orig", None) or exc
                 waited = time.monotonic() - began
+                lost = self.engine.dialect.name == "postgresql" and _connection_lost(exc)
                 # a server restarted, failed over or briefly away as the run was stored: the transaction was rolled
                 # back whole, so it is tried again, for a while; a cancelled command does not wait for it
-                if (self.engine.dialect.name == "postgresql" and _connection_lost(exc)
-                        and waited < STORE_RETRY_S and cancel.received() is None):
+                if lost and waited < STORE_RETRY_S and cancel.received() is None:
                     _pause(min(2.0 ** (attempt - 1), STORE_RETRY_S - waited, 8.0))
                     continue
                 full = _SQLITE_FULL in str(orig) or getattr(orig, "sqlstate", None) in _PG_FULL
                 tried = f" (tried {attempt} times over {waited:.0f} s)" if attempt > 1 else ""
-                lost = self.engine.dialect.name == "postgresql" and _connection_lost(exc)
                 raise StoreWriteError(f"could not store the run in {self.shown}{tried}: {_first_line(orig)}", full,
                                       lost) from None
         raise AssertionError("unreachable")
