@@ -196,14 +196,14 @@ def test_a_history_from_before_revisions_is_adopted_and_upgraded(history_db, tmp
     legacy_history(history_db)
     inspected = Store(history_db, str(tmp_path / "a"), schema="inspect")
     assert inspected.schema.revision is None and inspected.schema.has_history
-    assert inspected.schema.pending == ("0001", "0002", "0003", "0004")
+    assert inspected.schema.pending == ("0001", "0002", "0003", "0004", "0005")
     assert "ix_runs_runner_started" not in index_names(inspected, "runs")
     inspected.engine.dispose()
 
     store = Store(history_db, str(tmp_path / "a"))  # a writer upgrades it by itself: both revisions only add
-    assert store.schema.revision == store.schema.head == "0004" and store.schema.current
+    assert store.schema.revision == store.schema.head == "0005" and store.schema.current
     assert "ix_runs_runner_started" in index_names(store, "runs")
-    assert {"alarms", "alarm_events", "run_links"} <= set(inspect(store.engine).get_table_names())
+    assert {"alarms", "alarm_events", "run_links", "run_journals"} <= set(inspect(store.engine).get_table_names())
     with store.engine.connect() as connection:
         assert connection.execute(text("SELECT version FROM schema_info")).all() == [(1,)]
 
@@ -232,12 +232,12 @@ def test_a_history_upgraded_by_a_newer_modelci_is_refused_with_what_to_do(histor
     code, out = cli(tmp_path, history_db)
     assert code == 2 and "schema revision 9999, which a newer modelci made" in out and "pip install -U modelci" in out
     code, out = cli(tmp_path, history_db, "db", "current")
-    assert code == 0 and "revision 9999, newer than this modelci's 0004" in out
+    assert code == 0 and "revision 9999, newer than this modelci's 0005" in out
 
 
 @pytest.mark.parametrize("damage, says", [
     ("INSERT INTO alembic_version (version_num) VALUES ('0003')",
-     "its schema table alembic_version holds 2 revisions (0003, 0004), where it holds the one revision"),
+     "its schema table alembic_version holds 2 revisions (0003, 0005), where it holds the one revision"),
     ("UPDATE alembic_version SET version_num = 'zzz; drop'",
      "is at schema revision 'zzz; drop', which no modelci made (its revisions are four digits"),
 ])
@@ -303,11 +303,11 @@ def test_db_current_and_upgrade_through_the_cli(tmp_path):
     db = str(tmp_path / "history.db")
     legacy_history(db)
     code, out = cli(tmp_path, db, "db", "current")
-    assert code == 0 and "pending: 0001, 0002, 0003, 0004" in out
+    assert code == 0 and "pending: 0001, 0002, 0003, 0004, 0005" in out
     code, out = cli(tmp_path, db, "db", "upgrade")
-    assert code == 0 and "revision 0004 (this modelci's head): up to date" in out
+    assert code == 0 and "revision 0005 (this modelci's head): up to date" in out
     with sqlite3.connect(db) as connection:
-        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004",)]
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0005",)]
 
 
 # -- serve notices every change ------------------------------------------------------------------------------

@@ -8,7 +8,10 @@ writes each fresh result to a journal under `cache_dir/journals/<id>/` as it arr
 output arrays with it, written under a temporary name and renamed, so a result is in the journal whole or not at
 all), and removes the journal once the run is stored. The next `run` on the same history finds a journal whose
 owner is gone, stores its results as a run marked `interrupted` (as a cancelled run is: no baseline, its results
-reusable), says so, and removes it.
+reusable), says so, and removes it. The journal's name is stored with the run it was kept for (and with the run
+the recovery makes of it), in the same transaction: a SIGKILL in the few milliseconds between that commit and
+the journal's removal left a journal whose results were stored already, and the next run stored them twice; the
+recovery now finds the name in the history and only removes the journal.
 
 Whether the owner is gone is told by a lock, not a process id: the run holds an exclusive `flock` on the
 journal's `owner.lock` for its life, and the kernel releases it however the process ends, so a journal is never
@@ -16,9 +19,7 @@ taken from a run that is still going (on this machine or another sharing the cac
 that honours `flock`), and a process id reused by the system cannot fool it.
 
 A journal names its history by a digest of the database URL, so a run on another history leaves it alone; one
-written by another modelci version is kept and named, not read (its pickles may not load). A SIGKILL between the
-commit that stores a run and the removal of its journal (a few milliseconds) would store its results twice when
-recovered; a duplicate run is the lesser harm.
+written by another modelci version is kept and named, not read (its pickles may not load).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class Journal:
         """`run` holds what storing the run needs besides its results: target, environment, runner, suites,
         selection, command, started_at (Store.ingest's arguments)."""
         self._log, self.failed = log, ""
-        name = uuid.uuid4().hex
+        #: stored with the run (Store.ingest's `journal`)
+        self.name = name = uuid.uuid4().hex
         # made under a name recovery skips, and locked, before it takes its own name: a recovery running meanwhile
         # (another run starting) found it unlocked and without its meta, and took it for a dead run's
         starting = Path(cache_dir) / FOLDER / (name + STARTING)
@@ -239,7 +241,13 @@ def _recover_one(folder: Path, url: str, store: Any, log: Callable[[str], object
             f"{', '.join(unreadable)}; remove the folder to give them up")
         return None
     started = run.get("started_at")
-    run_id = store.ingest(**dict(run, results=results, status="interrupted"))
+    stored = store.run_for_journal(folder.name)
+    if stored is not None:  # killed after its run was stored, before the journal was removed
+        shutil.rmtree(folder, ignore_errors=True)
+        log(f"removed the journal of run {stored} in {folder}: that run was stored, and killed before it removed "
+            "its journal")
+        return None
+    run_id = store.ingest(**dict(run, results=results, status="interrupted", journal=folder.name))
     shutil.rmtree(folder, ignore_errors=True)
     if unreadable:
         log(f"of the earlier run stored as run {run_id}, {len(unreadable)} result(s) could not be read and are lost: "

@@ -231,7 +231,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
                     with _timed(timings, "ingest"), cancel.deferred():
                         outcome.run_id = _ingest(store, outcome, dict(
                             run_fields, results=results, status="interrupted" if interrupted else "complete",
-                            started_at=utcnow()))
+                            started_at=utcnow(), journal=kept.name if kept is not None else ""))
                 except KeyboardInterrupt:
                     raise Interrupted(outcome.run_id, _unjudged(outcome, results),
                                       "interrupted" if interrupted else UNJUDGED) from None

@@ -3,6 +3,7 @@ journal holds each result as it arrives, and the next run on the same history st
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -129,4 +130,35 @@ def test_a_run_the_history_refuses_is_kept_for_the_next_run(project, tmp_path):
     assert again.returncode == 0 and "from an earlier run that was not stored" in again.stderr, again.stderr
     assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == [
         "complete", "interrupted", "complete"]
+    assert not list((cache / "journals").iterdir())
+
+
+def test_a_run_killed_just_after_it_was_stored_is_not_stored_again(project):
+    """A SIGKILL between the commit that stores a run and the removal of its journal (a few milliseconds) left
+    the journal of a stored run, and the next run stored its results a second time: a duplicate point in every
+    series. The run's journal is named in the history with it; the recovery sees that and only removes it."""
+    cache = _own_cache(project)
+    hook = project.root / "hook"
+    hook.mkdir()
+    # the kill lands exactly there: the run's process kills itself where it would remove its journal
+    (hook / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        "if os.environ.get('PROBE_KILL_AT_JOURNAL_CLOSE'):\n"
+        "    import modelci.journal\n"
+        "    modelci.journal.Journal.close = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n")
+    paths = [str(hook), *filter(None, [project.env().get("PYTHONPATH")])]
+    project.extra_env.update(PYTHONPATH=os.pathsep.join(paths), PROBE_KILL_AT_JOURNAL_CLOSE="1")
+    project.workloads(QUICK)
+    killed = project.run()
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    project.assert_clean(killed)
+    assert project.stored("SELECT id, status FROM runs") == [(1, "complete")]
+    assert len(list((cache / "journals").iterdir())) == 1  # left behind, its run stored
+    del project.extra_env["PROBE_KILL_AT_JOURNAL_CLOSE"]
+    done = project.run()
+    assert done.returncode == 0, done.stderr
+    assert "removed the journal of run 1 " in done.stderr, done.stderr
+    assert "from an earlier run that was not stored" not in done.stderr
+    assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == ["complete", "complete"]
+    assert project.stored("SELECT count(*) FROM results") == [(2,)]
     assert not list((cache / "journals").iterdir())

@@ -45,6 +45,7 @@ from modelci.store.schema import (
     OutputRow,
     ResultRow,
     RunFingerprintRow,
+    RunJournalRow,
     RunLinkRow,
     RunRow,
     TargetRow,
@@ -466,8 +467,13 @@ class Store:
         started_at: datetime | None = None,
         purpose: str = "",
         parent_run_id: int | None = None,
+        journal: str = "",
     ) -> int:
         """Store a run and all its results in one transaction; sets each result's id; returns the run id.
+
+        `journal`: the name of the journal that kept the results while the run went on (modelci.journal),
+        stored with the run so that a journal left behind by a kill just after the commit is not stored twice
+        (`run_for_journal`).
 
         A run made as part of another (`purpose="confirmation"`: `compare` re-running a workload to confirm a
         verdict of `parent_run_id`) is stored with that link (schema.RunLinkRow), so readers can leave it out.
@@ -484,7 +490,7 @@ class Store:
         for attempt in itertools.count(1):
             try:
                 return self._ingest_once(target, environment, runner, results, digests, status, suites, selection,
-                                         command, started_at, purpose, parent_run_id)
+                                         command, started_at, purpose, parent_run_id, journal)
             except SQLAlchemyError as exc:
                 orig = getattr(exc, "orig", None) or exc
                 waited = time.monotonic() - began
@@ -502,7 +508,7 @@ class Store:
 
     def _ingest_once(self, target: Any, environment: Any, runner: str, results: list[Result],
                      digests: list[dict[str, Any]], status: str, suites: list[str], selection: str, command: str,
-                     started_at: datetime | None, purpose: str, parent_run_id: int | None) -> int:
+                     started_at: datetime | None, purpose: str, parent_run_id: int | None, journal: str) -> int:
         """One transaction of `ingest`."""
         with self.sessions.begin() as session:
             target_row = self._target_row(session, target)
@@ -518,10 +524,17 @@ class Store:
                 session.add(RunFingerprintRow(run_id=run.id, fingerprint=environment.fingerprint))
             if purpose:
                 session.add(RunLinkRow(run_id=run.id, parent_run_id=parent_run_id, purpose=purpose))
+            if journal:
+                session.add(RunJournalRow(journal=journal, run_id=run.id))
             ids = self._insert_results(session, run.id, results, digests)
             for result, result_id in zip(results, ids):
                 result.id = result_id
             return run.id
+
+    def run_for_journal(self, journal: str) -> int | None:
+        """The id of the run stored from the journal named `journal`, or None when none was."""
+        with self.sessions() as session:
+            return session.scalar(select(RunJournalRow.run_id).where(RunJournalRow.journal == journal))
 
     def insert_ignoring_duplicates(self, table: Any) -> Any:
         """An INSERT that skips a row whose key is stored already (ON CONFLICT DO NOTHING): of two runners

@@ -146,6 +146,21 @@ class RunLinkRow(Base):
     purpose: Mapped[str] = mapped_column(String(32), default="confirmation")
 
 
+class RunJournalRow(Base):
+    """The journal a run's results were kept in while it ran (modelci.journal), by the journal's name.
+
+    A run killed outright leaves its journal for the next run to store. The journal is removed just after the
+    run's transaction commits, so a SIGKILL in those few milliseconds left a journal whose run was stored
+    already, and the next run stored its results a second time: a duplicate run in every series. Written in the
+    same transaction as the run, this row lets the recovery see that the run is stored and only remove the
+    journal. Its primary key also stops two recoveries of one journal from both storing it.
+    """
+
+    __tablename__ = "run_journals"
+    journal: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+
+
 class ResultRow(Base):
     """One workload's outcome in a run."""
 
