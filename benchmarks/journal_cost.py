@@ -32,7 +32,7 @@ def journal_seconds(results: list[Result], run: dict) -> list[float]:
     times = []
     for _ in range(REPEATS):
         with tempfile.TemporaryDirectory(dir=Path.home()) as cache:  # the home disk, as cache_dir is by default
-            kept = journal.Journal(cache, "sqlite:////benchmark.db", run)
+            kept = journal.Journal(cache, "benchmark-history", run)
             start = time.perf_counter()
             for result in results:
                 kept.add(result)

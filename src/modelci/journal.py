@@ -18,14 +18,15 @@ journal's `owner.lock` for its life, and the kernel releases it however the proc
 taken from a run that is still going (on this machine or another sharing the cache folder through a file system
 that honours `flock`), and a process id reused by the system cannot fool it.
 
-A journal names its history by a digest of the database URL, so a run on another history leaves it alone; one
-written by another modelci version is kept and named, not read (its pickles may not load).
+A journal names its history by the id stored in the history (store.schema.HistoryRow), so a run on another
+history leaves it alone. A digest of the database URL named it before, and two machines sharing a cache folder,
+each with its own SQLite history at the same path, took each other's. One written by another modelci version is
+kept and named, not read (its pickles may not load).
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import pickle
@@ -49,18 +50,14 @@ META = "meta.json"
 RESULT_SUFFIX = ".result"
 
 
-def history_key(url: str) -> str:
-    """The digest that names a history in a journal (the URL itself may hold a password)."""
-    return hashlib.sha256(url.encode()).hexdigest()[:32]
-
-
 class Journal:
     """The journal of one run in progress; `add` each fresh result, `close` once the run is stored (or refused)."""
 
-    def __init__(self, cache_dir: Path | str, url: str, run: dict[str, Any],
+    def __init__(self, cache_dir: Path | str, history: str, run: dict[str, Any],
                  log: Callable[[str], object] = print):
-        """`run` holds what storing the run needs besides its results: target, environment, runner, suites,
-        selection, command, started_at (Store.ingest's arguments)."""
+        """`history`: the id of the history the run is stored in (Store.identity). `run` holds what storing the
+        run needs besides its results: target, environment, runner, suites, selection, command, started_at
+        (Store.ingest's arguments)."""
         self._log, self.failed = log, ""
         #: stored with the run (Store.ingest's `journal`)
         self.name = name = uuid.uuid4().hex
@@ -72,7 +69,7 @@ class Journal:
         fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._count = 0
         _write(starting / "run.pickle", pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
-        meta = {"history": history_key(url), "modelci_version": modelci.__version__, "pid": os.getpid(),
+        meta = {"history": history, "modelci_version": modelci.__version__, "pid": os.getpid(),
                 "host": os.uname().nodename, "runner": run.get("runner", ""), "command": run.get("command", "")}
         _write(starting / META, json.dumps(meta).encode())
         self.folder = starting.with_name(name)
@@ -114,9 +111,9 @@ class Journal:
 def start(cache_dir: Path | str, store: Any, run: dict[str, Any], log: Callable[[str], object]) -> Journal | None:
     """The journal of a run about to execute, or None (said) when it cannot be made: the run goes on without."""
     try:
-        return Journal(cache_dir, store.url, run, log)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
-        log(f"no journal for this run ({type(exc).__name__}: {exc}): a SIGKILL before it is stored would lose its "
+        return Journal(cache_dir, store.identity, run, log)
+    except Exception as exc:  # noqa: BLE001 - a disk, a pickle or the history's id: the run goes on without
+        log(f"no journal for this run ({described(exc, 200)}): a SIGKILL before it is stored would lose its "
             "results")
         return None
 
@@ -125,7 +122,7 @@ def recover_safely(cache_dir: Path | str, store: Any, log: Callable[[str], objec
     """`recover`, for a run about to start: a journal that cannot be stored now (the history refuses it) is kept
     for a later run and said, and never stops this one."""
     try:
-        return recover(cache_dir, store.url, store, log)
+        return recover(cache_dir, store.identity, store, log)
     except Exception as exc:  # noqa: BLE001 - the run that found it must still run
         log(f"could not store the results of killed runs kept under {Path(cache_dir) / FOLDER} "
             f"({described(exc, 200)}); they are kept for the next run")
@@ -142,9 +139,10 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(part, path)
 
 
-def recover(cache_dir: Path | str, url: str, store: Any, log: Callable[[str], object]) -> list[int]:
-    """Store the journals of `url`'s history whose runs were killed, each as an `interrupted` run; the ids of
-    the runs stored. A journal that cannot be read is named and kept; one of another history is left alone."""
+def recover(cache_dir: Path | str, history: str, store: Any, log: Callable[[str], object]) -> list[int]:
+    """Store the journals of the history whose id is `history` (`store`'s) whose runs were killed, each as an
+    `interrupted` run; the ids of the runs stored. A journal that cannot be read is named and kept; one of
+    another history is left alone."""
     root = Path(cache_dir) / FOLDER
     if not root.is_dir():
         return []
@@ -154,7 +152,7 @@ def recover(cache_dir: Path | str, url: str, store: Any, log: Callable[[str], ob
         if owner is None:  # its run is still going
             continue
         try:
-            run_id = _recover_one(folder, url, store, log)
+            run_id = _recover_one(folder, history, store, log)
         except Exception as exc:  # noqa: BLE001 - one journal that cannot be stored must not hold up the others
             log(f"could not store the results of a killed run kept in {folder} ({described(exc, 200)}); they are "
                 "kept for the next run, or remove the folder to give them up")
@@ -194,7 +192,7 @@ def _take(folder: Path) -> Any:
     return owner
 
 
-def _recover_one(folder: Path, url: str, store: Any, log: Callable[[str], object]) -> int | None:
+def _recover_one(folder: Path, history: str, store: Any, log: Callable[[str], object]) -> int | None:
     try:
         meta = json.loads((folder / META).read_text())
     except (OSError, ValueError) as exc:
@@ -208,7 +206,7 @@ def _recover_one(folder: Path, url: str, store: Any, log: Callable[[str], object
         log(f"a journal of a killed run in {folder} has a {META} that is no JSON object; its results are not "
             "stored: remove the folder to give them up")
         return None
-    if meta.get("history") != history_key(url):
+    if meta.get("history") != history:
         return None
     results_files = sorted(folder.glob(f"*{RESULT_SUFFIX}"))
     if not results_files:

@@ -78,6 +78,34 @@ def test_a_journal_is_left_alone_while_its_run_goes_on_and_by_runs_on_another_hi
     assert "(1 result(s), marked interrupted) from an earlier run that was not stored" in later.stderr, later.stderr
 
 
+def _move_history(db, to):
+    """Move a SQLite history with its write-ahead log and shared-memory file."""
+    for suffix in ("", "-wal", "-shm"):
+        if db.with_name(db.name + suffix).exists():
+            db.with_name(db.name + suffix).rename(to.with_name(to.name + suffix))
+
+
+def test_a_journal_is_left_to_its_own_history_when_another_sits_at_the_same_path(project):
+    """Two machines sharing one cache folder, each with its own SQLite history at the same path (a CI runner's
+    project folder): the journal of a run killed on one must not be stored in the other's history. A journal
+    names its history by the id the history holds, not by its URL."""
+    cache = _own_cache(project)
+    _killed_midway(project)
+    project.marker("hanging").unlink()
+    project.workloads(QUICK)
+    _move_history(project.db, project.root / "first.db")  # the other machine's history, made at the same path
+    other = project.run()
+    assert other.returncode == 0, other.stderr
+    assert "from an earlier run that was not stored" not in other.stderr, other.stderr
+    assert [s for (s,) in project.stored("SELECT status FROM runs")] == ["complete"]
+    assert len([p for p in (cache / "journals").iterdir() if any(p.glob("*.result"))]) == 1
+    _move_history(project.db, project.root / "second.db")
+    _move_history(project.root / "first.db", project.db)  # back on the first machine's history
+    done = project.run()
+    assert "(1 result(s), marked interrupted) from an earlier run that was not stored" in done.stderr, done.stderr
+    assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == ["interrupted", "complete"]
+
+
 def test_a_bad_journal_is_named_and_holds_up_no_other_and_a_cut_result_loses_only_itself(project):
     """One journal whose meta is no JSON object stopped the recovery of every journal after it, on every run; one
     result file cut short lost the whole journal. The suite file that did not import is in the journal too."""

@@ -6,6 +6,7 @@ marked `interrupted` (docs/design.md, "Storage").
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -45,6 +46,7 @@ from modelci.store.schema import (
     OutputRow,
     ResultRow,
     RunFingerprintRow,
+    HistoryRow,
     RunJournalRow,
     RunLinkRow,
     RunRow,
@@ -530,6 +532,17 @@ class Store:
             for result, result_id in zip(results, ids):
                 result.id = result_id
             return run.id
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """The history's own id (schema.HistoryRow): what names it outside the database, where its URL may name
+        another history on another machine (a SQLite file at the same path)."""
+        with self.sessions() as session:
+            found = session.scalar(select(HistoryRow.id))
+        if found is None:  # made by a revision, so only a history damaged by hand lacks it
+            raise HarnessError(f"the history {self.shown} has no row in its table `history_identity`; restore it "
+                               "from a backup, or insert one id (any 32 characters) to use it as it is")
+        return found
 
     def run_for_journal(self, journal: str) -> int | None:
         """The id of the run stored from the journal named `journal`, or None when none was."""

@@ -146,6 +146,18 @@ class RunLinkRow(Base):
     purpose: Mapped[str] = mapped_column(String(32), default="confirmation")
 
 
+class HistoryRow(Base):
+    """The identity of the history: one row, a random id made with the history's tables.
+
+    What a run keeps outside the history refers to it by this id: a killed run's journal (modelci.journal),
+    which the next run on the same history stores. A digest of the database URL named it before, and two
+    machines sharing a cache folder, each with its own SQLite history at the same path, took each other's.
+    """
+
+    __tablename__ = "history_identity"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+
+
 class RunJournalRow(Base):
     """The journal a run's results were kept in while it ran (modelci.journal), by the journal's name.
 
