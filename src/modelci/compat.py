@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tarfile
 import tempfile
 import time
@@ -597,7 +596,8 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
     nothing of (`unsaved_entries`), shown beside the models that were checked.
     """
     consumer = target_dict(target)
-    scratch = Path(tempfile.mkdtemp(prefix="compat-", dir=local.scratch_root(config.cache_dir)))
+    own_scratch = local.Scratch(config.cache_dir, "compat-")
+    scratch = own_scratch.path
     entries = [CompatEntry(workload="(unreadable manifest)", format="", producer={"label": "?"},
                            consumer=consumer, direction=direction, outcome="unreadable", error=p["error"])
                for p in problems]
@@ -623,7 +623,7 @@ def check_stored(config: Any, store: Any, target: Any, plan: list[tuple[dict[str
             raise
         cancelled = True
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        own_scratch.remove()
     entries += unsaved
     outcome = CompatOutcome(target=target, direction=direction, entries=entries, check_id=uuid.uuid4().hex,
                             artifacts=store.artifacts.root, interrupted=cancelled)

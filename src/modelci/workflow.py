@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import shutil
 import tempfile
 import threading
 import time
@@ -171,7 +170,13 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     except builds.BuildError as exc:  # a commit that does not build gives error results, not a stopped run
         return failed_build(config, shared or steps.open_store(config), target, exc, suites, suite_specs, pattern,
                             command, alarms=alarms)
-    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=local.scratch_root(config.cache_dir)))
+    # the scratch folders of runs killed outright (their saved models and outputs) go before this one is made
+    swept, freed = local.sweep_scratch(config.cache_dir)
+    if swept:
+        progress.note(f"removed {swept} scratch folder(s) of killed runs ({freed / 1e6:.1f} MB) from "
+                      f"{local.scratch_root(config.cache_dir)}")
+    own_scratch = local.Scratch(config.cache_dir, "run-")
+    scratch = own_scratch.path
     executor = _executor(config, env, target, scratch, pool)
     try:
         # the worker imports the framework while this process opens the store and imports the later steps
@@ -273,7 +278,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         return outcome
     finally:
         _finish(executor, pool)
-        shutil.rmtree(scratch, ignore_errors=True)
+        own_scratch.remove()
 
 
 def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
@@ -458,7 +463,8 @@ class WorkerPool:
     """
 
     def __init__(self, config: Config):
-        self.root = Path(tempfile.mkdtemp(prefix="pool-", dir=local.scratch_root(config.cache_dir)))
+        self._scratch = local.Scratch(config.cache_dir, "pool-")
+        self.root = self._scratch.path
         self._idle: dict[tuple, list[forked.Executor]] = {}
         self._busy: dict[int, tuple] = {}
         self._all: list[forked.Executor] = []
@@ -519,7 +525,7 @@ class WorkerPool:
         for executor in executors:
             executor.close()
         self._launcher.shutdown(wait=True)
-        shutil.rmtree(self.root, ignore_errors=True)
+        self._scratch.remove()
 
 
 def _execute(config: Config, store: Store, target: targets.Target, env: envs.Environment,

@@ -232,15 +232,16 @@ class {name}({base}):
 
 def filler(path: Path) -> str:
     """The source of a workload `Filler` that fills the disk `path` is on while it runs, as another job on the
-    machine would (writing `path` until the disk refuses)."""
+    machine would (writing `path` until the disk refuses). The refusal is caught around the file's close too:
+    a write the disk took in part leaves the rest in the file's buffer, which the close tries again."""
     return workload("Filler", f"""
-        with open({str(path)!r}, "wb") as fh:
-            try:
+        try:
+            with open({str(path)!r}, "wb") as fh:
                 while True:
                     fh.write(b"x" * 65536)
                     fh.flush()
-            except OSError:
-                pass
+        except OSError:
+            pass
     """)
 
 

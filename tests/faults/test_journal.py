@@ -33,8 +33,11 @@ def test_a_run_killed_outright_is_stored_by_the_next_run_as_interrupted(project)
     cache = _own_cache(project)
     killed = _killed_midway(project)
     project.assert_clean(killed)  # its worker and the hanging workload went with it
+    assert [p.name[:4] for p in (cache / "scratch").iterdir()] == ["run-"]  # left behind, with what it held
     gc = project.cli("env", "gc", "--keep", "5")  # names the journal, and leaves it: its results are nowhere else
     assert "1 journal(s) of runs not stored (killed, or refused by the history) wait in" in gc.stdout, gc.stdout
+    assert "removed 1 scratch folder(s) of killed runs" in gc.stdout, gc.stdout
+    assert not list((cache / "scratch").iterdir())
     assert len(list((cache / "journals").iterdir())) == 1
     project.marker("hanging").unlink()
     project.workloads(QUICK)
@@ -70,12 +73,16 @@ def test_a_journal_is_left_alone_while_its_run_goes_on_and_by_runs_on_another_hi
         assert same.returncode == 0 and "from an earlier run that was not stored" not in same.stderr, same.stderr
         assert [s for (s,) in project.stored("SELECT status FROM runs")] == ["complete"]
         assert len(list((cache / "journals").iterdir())) == 1  # the live run's
+        assert len(list((cache / "scratch").glob("run-*"))) == 1  # the live run's scratch folder too
+        assert "scratch folder(s) of killed runs" not in same.stderr + other.stderr
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
     time.sleep(0.5)
     later = project.cli("run", "--target", "current", "--suite", "suite")
     assert "(1 result(s), marked interrupted) from an earlier run that was not stored" in later.stderr, later.stderr
+    assert "removed 1 scratch folder(s) of killed runs" in later.stderr, later.stderr
+    assert not list((cache / "scratch").glob("run-*"))
 
 
 def _move_history(db, to):

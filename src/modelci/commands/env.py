@@ -203,7 +203,12 @@ def _gc(args, cfg) -> int:
               "outside uv's cache; "
               f"kept {len(report.kept)}" + (f", skipped {len(report.busy)} in use" if report.busy else ""))
     from modelci import journal
+    from modelci.execute import local
 
+    swept, freed = local.sweep_scratch(cfg.cache_dir)
+    if swept:
+        out.print(f"removed {swept} scratch folder(s) of killed runs, freed {freed / 1e6:.1f} MB", markup=False,
+                  highlight=False)
     kept = journal.waiting(cfg.cache_dir)
     if kept:  # results nothing else holds: named, not removed
         out.print(f"{len(kept)} journal(s) of runs not stored (killed, or refused by the history) wait in "

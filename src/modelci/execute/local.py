@@ -7,9 +7,11 @@ harness's numpy instead of the target's).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -228,6 +230,59 @@ def scratch_root(cache_dir: str | Path) -> Path:
     root = cache_folder(cache_dir) / "scratch"
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+#: the lock a scratch folder's process holds for the folder's life (`Scratch`)
+SCRATCH_OWNER = ".owner"
+
+
+class Scratch:
+    """A scratch folder of this process under `scratch_root`, removed by `remove`; one whose process was killed
+    outright (SIGKILL, the OOM killer) is removed by the next `sweep_scratch`.
+
+    A killed run left its folder behind, with the saved models and outputs of its workloads in it, and nothing
+    ever removed it: a runner killed now and then filled its cache disk. The process holds an exclusive `flock`
+    on the folder's `.owner` file for the folder's life, and the kernel releases it however the process ends, so
+    a sweep never takes the folder of a process that still runs (on this machine, or on another sharing the
+    cache folder through a file system that honours `flock`). The lock is taken under a name the sweep ignores
+    and renamed once held: a sweep between creating the file and locking it would take it for a dead one.
+    """
+
+    def __init__(self, cache_dir: str | Path, prefix: str):
+        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_root(cache_dir)))
+        part = self.path / (SCRATCH_OWNER + ".part")
+        self._owner = open(part, "w")  # noqa: SIM115 - held for the folder's life
+        fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.replace(part, self.path / SCRATCH_OWNER)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._owner.close()
+
+
+def sweep_scratch(cache_dir: str | Path) -> tuple[int, int]:
+    """Remove the scratch folders of processes that are gone (their `.owner` lock is free); how many, and the
+    bytes they held. Folders without an owner file (being made, or made by a modelci before it) are left."""
+    root = cache_folder(cache_dir) / "scratch"
+    removed = freed = 0
+    for folder in root.iterdir() if root.is_dir() else ():
+        try:
+            owner = open(folder / SCRATCH_OWNER, "a")  # noqa: SIM115 - closed below
+        except OSError:
+            continue
+        try:
+            fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner.close()
+            continue  # its process is still going
+        try:
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+        except OSError:
+            pass
+        shutil.rmtree(folder, ignore_errors=True)
+        owner.close()
+        removed += 1
+    return removed, freed
 
 
 def scratch_prefix(name: str) -> str:
