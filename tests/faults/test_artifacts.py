@@ -317,3 +317,24 @@ def test_a_compare_whose_b_the_history_refuses_shows_and_reports_b_unjudged(proj
     with sqlite3.connect(db) as stored:
         assert stored.execute("SELECT count(*) FROM runs").fetchone() == (1,)  # A, whole
     project.assert_clean(done)
+
+
+def test_a_cache_disk_full_before_the_run_is_named(project, small_disk):
+    """A cache disk already full when the run starts: discovery cannot write even its stderr, and the run said
+    only "discovery ended without its result", with nothing after it."""
+    project.extra_env["MODELCI_CACHE_DIR"] = str(small_disk / "cache")
+    project.workloads(QUICK)
+    assert project.run().returncode == 0
+    try:  # the disk fills up between two runs
+        with open(small_disk / "filler", "wb") as fh:
+            while True:
+                fh.write(b"x" * 4096)
+                fh.flush()
+    except OSError:
+        pass
+    done = project.run()
+    assert done.returncode == 3, done.stderr
+    assert "it could not write its result (" in done.stderr and "bytes free on the disk of" in done.stderr
+    assert "free space under cache_dir" in done.stderr and "Traceback" not in done.stderr
+    assert not list((small_disk / "cache" / "scratch").iterdir())  # its own scratch folder went
+    project.assert_clean(done)

@@ -165,6 +165,10 @@ def discover(python: Path, suites: dict[str, Path], scratch: Path, timeout: floa
     return json.loads(out.read_text())
 
 
+#: below this many bytes free, a child that ended without a word is taken to have found its disk full
+FULL_BYTES = 1 << 20
+
+
 def discovery_failed(python: Path, stderr: Path, timed_out: float | None, died: str = "") -> HarnessError:
     """The error of a discovery that ended without its result: which suite file it was importing, whether it
     ran out of time (`timed_out`: its timeout), and the end of its stderr. A file that blocks at import (a
@@ -179,9 +183,13 @@ def discovery_failed(python: Path, stderr: Path, timed_out: float | None, died: 
            else "ended without its result" + (f" ({died})" if died else ""))
     where = f" while importing {files[-1]}: does that file block or exit at import?" if files else ""
     full = no_space_in(text)
+    left = free_bytes(stderr.parent)
+    if not full and not text and left is not None and left < FULL_BYTES:
+        # a disk full before discovery began: even its stderr could not be written, so it says nothing
+        full = f"{left} bytes free on the disk of {stderr.parent}"
     if full and timed_out is None:  # the suite is not at fault: its result had no room to be written
         where = (f": it could not write its result ({full}): free space under cache_dir (where the scratch "
-                 "folders are), or raise the file-size limit (ulimit -f)")
+                 "folders are)" + ("" if text == "" else ", or raise the file-size limit (ulimit -f)"))
     return HarnessError(f"workload discovery inside the environment ({python}) {how}{where}; its stderr ends "
                         f"with:\n{rest or '(nothing)'}")
 
