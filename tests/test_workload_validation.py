@@ -198,6 +198,14 @@ class SkipsUnprintably(_Base):
             def __str__(self):
                 raise TypeError("no")
         raise Skip()
+
+
+class OutputTooBig(_Base):
+    def infer(self, ctx):
+        class Huge:
+            def __array__(self, dtype=None, copy=None):
+                raise MemoryError("cannot allocate 80 GiB")
+        return {"y": Huge()}
 '''
 
 
@@ -206,7 +214,7 @@ def test_what_a_workload_raises_is_a_failure_with_its_reason(project, isolation)
     results = run(project, RAISES, isolation)
     statuses = {name: r.status for name, r in results.items()}
     assert statuses == {"Good": "ok", "StrRaises": "failed", "Exits": "failed", "ExitsThree": "failed",
-                        "Interrupted": "failed", "SkipsUnprintably": "skipped"}, {
+                        "Interrupted": "failed", "SkipsUnprintably": "skipped", "OutputTooBig": "failed"}, {
         name: (r.reason, r.stderr_tail) for name, r in results.items()}
     assert results["StrRaises"].reason == "<Unprintable; its str() raised TypeError> (in train)"
     assert 'models.py", line' in results["StrRaises"].traceback
@@ -218,6 +226,9 @@ def test_what_a_workload_raises_is_a_failure_with_its_reason(project, isolation)
         assert f", in {call}\n" in results[name].traceback, results[name].traceback
         assert "child.py" not in results[name].traceback, results[name].traceback
     assert results["SkipsUnprintably"].reason == "<Skip; its str() raised TypeError>"
+    # infer() returned; it was the harness writing its outputs that ran out of memory, and the reason says so
+    assert results["OutputTooBig"].reason == "MemoryError: cannot allocate 80 GiB (in outputs)", results[
+        "OutputTooBig"].reason
 
 
 def test_an_import_that_raises_an_unprintable_exception_fails_its_file_alone(tmp_path):

@@ -664,6 +664,9 @@ def run_phases(workload: Workload, cls: type[Workload], ctx: Context, helper: An
         if first is None:
             first = outputs
     rec.metric("time.infer", "samples", "s", infer_times)
+    # what fails from here on (a MemoryError converting a huge output, a full disk) is the harness writing what
+    # infer() returned, not infer() itself: the reason says "(in outputs)", as the compat child's does
+    rec.data["phase"] = "outputs"
     try:
         rec.data["outputs"] = save_outputs(outputs, helper, rec.out / "outputs")
     except OSError as exc:
@@ -884,7 +887,7 @@ class Placement:
 #: the workload's method running in each phase of `run_phases` and of compat_child's jobs, for a reason that names
 #: the call
 PHASE_CALLS = {"setup": "setup()", "train": "train_step()", "infer": "infer()", "save": "save()",
-               "inputs": "example_inputs()", "load": "load()"}
+               "inputs": "example_inputs()", "load": "load()", "outputs": "an output of infer() being converted"}
 
 
 def exit_reason(exc: BaseException, phase: str) -> str:
