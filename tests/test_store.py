@@ -106,6 +106,10 @@ def test_a_diverging_loss_and_non_finite_numbers_are_stored_on_both_backends(sto
     assert math.isnan(numbers["max_rel"]) and numbers["nested"] == [inf, 1.5]
     assert back["s/Diverged"].info["text"] == "NaN"  # a string stays a string
     assert back["s/Fine"].metrics["loss"].values == [1.0, 0.5, 0.25]
+    # the series `history` shows: SQLite stores a NaN summary as NULL, which read back as "nothing measured"
+    point, = store.series("s/Diverged", "loss")
+    assert math.isnan(point.final) and point.n == 3 and point.maximum is not None, point
+    assert store.series("s/Diverged", "accuracy")[0].median == -inf
 
 
 def test_a_second_run_with_the_same_arrays_stores_them_once(store):

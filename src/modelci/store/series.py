@@ -7,6 +7,7 @@ built only when it is read: the history table shows the last few (docs/overhead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -130,6 +131,13 @@ def load_series(connection: Connection, workload: str, metric: str, runner: str 
     columns: list[tuple[Any, ...]] = list(zip(*rows)) if rows else [()] * len(_RUN_COLUMNS)
     if sqlite:
         columns[1] = tuple(map(datetime.fromisoformat, columns[1]))
+        # SQLite stores a NaN as NULL: a summary that is NULL though the metric has values was a NaN (a loss that
+        # diverged), and showed as "-", as if nothing had been measured. PostgreSQL keeps the NaN itself
+        counts = columns[9]
+        for column in range(5, 9):
+            if None in columns[column]:
+                columns[column] = tuple(math.nan if value is None and n else value
+                                        for value, n in zip(columns[column], counts))
     return RunSeries(workload, metric, *columns, targets=_targets(connection, set(columns[3])))
 
 
