@@ -103,6 +103,28 @@ def main(argv: list[str] | None = None) -> int:
                                        "is kept")
             return HarnessError.exit_code
         raise
+    except MemoryError as exc:
+        # the machine's memory, or a limit on this process (`ulimit -v`, a container's): what was stored is
+        # kept (every store writes in a transaction), and a run's finished results wait in its journal
+        _out_of_memory(exc)
+        return HarnessError.exit_code
+
+
+def _out_of_memory(exc: MemoryError) -> None:
+    """Say that modelci itself ran out of memory, in one line, and what limits it."""
+    import resource
+
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limited = f"this process may use {limit / 2**20:.0f} MiB (ulimit -v)" if limit != resource.RLIM_INFINITY \
+        else "no ulimit -v is set, so the machine's (or the container's) memory ran out"
+    what = f": {exc}" if str(exc) else ""
+    line = (f"error: modelci ran out of memory (MemoryError{what}); {limited}. Give it more, or run fewer "
+            "workloads at once. What was stored before is kept\n")
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except (OSError, ValueError, MemoryError):  # nothing left to say it with
+        pass
 
 
 def _check_utf8(argv: list[str]) -> None:

@@ -197,3 +197,33 @@ def test_a_run_killed_just_after_it_was_stored_is_not_stored_again(project):
     assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == ["complete", "complete"]
     assert project.stored("SELECT count(*) FROM results") == [(2,)]
     assert not list((cache / "journals").iterdir())
+
+
+def test_a_run_out_of_memory_says_so_in_one_line_and_its_results_wait_in_its_journal(project):
+    """modelci itself out of memory (a `ulimit -v`, a container's limit) while it stores a run: that was a
+    traceback. Now one line with the limit, exit 3, and the finished results are stored by the next run."""
+    cache = _own_cache(project)
+    hook = project.root / "hook"
+    hook.mkdir()
+    # the memory runs out exactly there: as the run is stored, after its workloads finished
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('PROBE_NO_MEMORY_TO_STORE'):\n"
+        "    import modelci.workflow\n"
+        "    def _ingest(*args, **kwargs):\n"
+        "        raise MemoryError()\n"
+        "    modelci.workflow._ingest = _ingest\n")
+    paths = [str(hook), *filter(None, [project.env().get("PYTHONPATH")])]
+    project.extra_env.update(PYTHONPATH=os.pathsep.join(paths), PROBE_NO_MEMORY_TO_STORE="1")
+    project.workloads(QUICK)
+    starved = project.run()
+    assert starved.returncode == 3, starved.stderr
+    assert "error: modelci ran out of memory (MemoryError); " in starved.stderr, starved.stderr
+    assert "What was stored before is kept" in starved.stderr and "Traceback" not in starved.stderr
+    assert "the 1 result(s) of this run are kept in" in starved.stderr, starved.stderr
+    assert project.stored("SELECT count(*) FROM runs") == [(0,)]
+    project.assert_clean(starved)
+    del project.extra_env["PROBE_NO_MEMORY_TO_STORE"]
+    done = project.run()
+    assert "stored run 1 (1 result(s), marked interrupted) from an earlier run that was not stored" in done.stderr
+    assert not list((cache / "journals").iterdir())
