@@ -26,7 +26,6 @@ kept and named, not read (its pickles may not load).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pickle
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import modelci
+from modelci import locks
 from modelci.errors import described
 from modelci.records import Result
 
@@ -65,8 +65,7 @@ class Journal:
         # (another run starting) found it unlocked and without its meta, and took it for a dead run's
         starting = Path(cache_dir) / FOLDER / (name + STARTING)
         starting.mkdir(parents=True)
-        self._owner = open(starting / OWNER_LOCK, "w")  # noqa: SIM115 - held for the run's life
-        fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._owner = locks.hold_new(starting / OWNER_LOCK)  # held for the run's life
         self._count = 0
         _write(starting / "run.pickle", pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
         meta = {"history": history, "modelci_version": modelci.__version__, "pid": os.getpid(),
@@ -180,16 +179,7 @@ def waiting(cache_dir: Path | str) -> list[Path]:
 
 def _take(folder: Path) -> Any:
     """The journal's owner lock, taken (its run is gone), or None while its run holds it."""
-    try:
-        owner = open(folder / OWNER_LOCK, "a")  # noqa: SIM115 - closed by the caller
-    except OSError:
-        return None
-    try:
-        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        owner.close()
-        return None
-    return owner
+    return locks.take_if_free(folder / OWNER_LOCK)
 
 
 def _recover_one(folder: Path, history: str, store: Any, log: Callable[[str], object]) -> int | None:

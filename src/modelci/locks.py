@@ -8,6 +8,7 @@ inode.
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,3 +59,31 @@ def release_shared(path: Path) -> None:
     handle = _held.pop(str(path), None)
     if handle is not None:
         handle.close()
+
+
+def hold_new(path: Path) -> IO[str]:
+    """Make the file `path` and hold an exclusive lock on it until the returned file is closed (or the process
+    ends, however it ends): "its owner is alive", which `take_if_free` reads. The lock is taken under a name
+    nothing looks at and the file renamed into place once it is held, so no process finds `path` unlocked
+    while its owner is still starting."""
+    part = path.with_name(path.name + ".part")
+    handle = open(part, "w")  # noqa: SIM115 (held by the caller)
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.replace(part, path)
+    return handle
+
+
+def take_if_free(path: Path) -> IO[str] | None:
+    """The exclusive lock on the existing file `path`, taken, when no process holds it (its owner is gone: the
+    kernel releases a lock however a process ends, and a reused process id cannot fool it); None while one does,
+    or when there is no such file. The caller closes what it gets."""
+    try:
+        handle = open(path, "r+")  # noqa: SIM115 (closed by the caller); "r+": never made here
+    except OSError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return handle

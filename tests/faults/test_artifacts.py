@@ -24,6 +24,18 @@ def _tmpfs(mount, size: str):
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
+def _fill(path) -> None:
+    """Write `path` until its disk refuses: a write the disk took in part leaves the rest in the file's buffer,
+    which the close tries again, so the refusal is caught around the close too."""
+    try:
+        with open(path, "wb") as fh:
+            while True:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+    except OSError:
+        pass
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 256 KiB tmpfs: a real full disk for the artifact store."""
@@ -263,13 +275,7 @@ def test_a_history_that_cannot_be_opened_on_a_full_disk_names_the_disk(project, 
     assert project.run().returncode == 0
     for name in ("history.db-wal", "history.db-shm"):
         (history_disk / name).unlink(missing_ok=True)
-    with open(history_disk / "fill", "wb") as fill:  # the whole disk, as another job on the machine would
-        try:
-            while True:
-                fill.write(b"\0" * 65536)
-                fill.flush()
-        except OSError:
-            pass
+    _fill(history_disk / "fill")  # the whole disk, as another job on the machine would
     done = project.run()
     assert done.returncode == 3, done.stdout + done.stderr
     assert "cannot open the history database" in done.stderr
@@ -325,13 +331,7 @@ def test_a_cache_disk_full_before_the_run_is_named(project, small_disk):
     project.extra_env["MODELCI_CACHE_DIR"] = str(small_disk / "cache")
     project.workloads(QUICK)
     assert project.run().returncode == 0
-    try:  # the disk fills up between two runs
-        with open(small_disk / "filler", "wb") as fh:
-            while True:
-                fh.write(b"x" * 4096)
-                fh.flush()
-    except OSError:
-        pass
+    _fill(small_disk / "filler")  # the disk fills up between two runs
     done = project.run()
     assert done.returncode == 3, done.stderr
     assert "it could not write its result (" in done.stderr and "bytes free on the disk of" in done.stderr

@@ -16,6 +16,22 @@ def _own_cache(project):
     return project.root / "cache"
 
 
+#: set in a probe's environment, the modelci processes it starts run the code `_hook` gave at their start
+HOOKED = "PROBE_HOOKED"
+
+
+def _hook(project, code: str) -> None:
+    """Make the modelci processes of `project` run `code` as they start (a sitecustomize.py on their path), while
+    HOOKED is in its environment: a fault placed at an exact point of a real run, which no signal sent from
+    outside could hit (the milliseconds after a commit)."""
+    hook = project.root / "hook"
+    hook.mkdir()
+    body = "".join(f"    {line}\n" for line in code.splitlines())
+    (hook / "sitecustomize.py").write_text(f"import os\nif os.environ.get({HOOKED!r}):\n{body}")
+    paths = [str(hook), *filter(None, [project.env().get("PYTHONPATH")])]
+    project.extra_env.update({"PYTHONPATH": os.pathsep.join(paths), HOOKED: "1"})
+
+
 def _killed_midway(project):
     """Start a run of Quick then Hang, and SIGKILL it once Quick has finished and Hang is running."""
     project.workloads(QUICK + HANG)
@@ -173,23 +189,17 @@ def test_a_run_killed_just_after_it_was_stored_is_not_stored_again(project):
     the journal of a stored run, and the next run stored its results a second time: a duplicate point in every
     series. The run's journal is named in the history with it; the recovery sees that and only removes it."""
     cache = _own_cache(project)
-    hook = project.root / "hook"
-    hook.mkdir()
     # the kill lands exactly there: the run's process kills itself where it would remove its journal
-    (hook / "sitecustomize.py").write_text(
-        "import os, signal\n"
-        "if os.environ.get('PROBE_KILL_AT_JOURNAL_CLOSE'):\n"
-        "    import modelci.journal\n"
-        "    modelci.journal.Journal.close = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n")
-    paths = [str(hook), *filter(None, [project.env().get("PYTHONPATH")])]
-    project.extra_env.update(PYTHONPATH=os.pathsep.join(paths), PROBE_KILL_AT_JOURNAL_CLOSE="1")
+    _hook(project, "import os, signal\n"
+                   "import modelci.journal\n"
+                   "modelci.journal.Journal.close = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n")
     project.workloads(QUICK)
     killed = project.run()
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     project.assert_clean(killed)
     assert project.stored("SELECT id, status FROM runs") == [(1, "complete")]
     assert len(list((cache / "journals").iterdir())) == 1  # left behind, its run stored
-    del project.extra_env["PROBE_KILL_AT_JOURNAL_CLOSE"]
+    del project.extra_env[HOOKED]
     done = project.run()
     assert done.returncode == 0, done.stderr
     assert "removed the journal of run 1 " in done.stderr, done.stderr
@@ -203,18 +213,11 @@ def test_a_run_out_of_memory_says_so_in_one_line_and_its_results_wait_in_its_jou
     """modelci itself out of memory (a `ulimit -v`, a container's limit) while it stores a run: that was a
     traceback. Now one line with the limit, exit 3, and the finished results are stored by the next run."""
     cache = _own_cache(project)
-    hook = project.root / "hook"
-    hook.mkdir()
     # the memory runs out exactly there: as the run is stored, after its workloads finished
-    (hook / "sitecustomize.py").write_text(
-        "import os\n"
-        "if os.environ.get('PROBE_NO_MEMORY_TO_STORE'):\n"
-        "    import modelci.workflow\n"
-        "    def _ingest(*args, **kwargs):\n"
-        "        raise MemoryError()\n"
-        "    modelci.workflow._ingest = _ingest\n")
-    paths = [str(hook), *filter(None, [project.env().get("PYTHONPATH")])]
-    project.extra_env.update(PYTHONPATH=os.pathsep.join(paths), PROBE_NO_MEMORY_TO_STORE="1")
+    _hook(project, "import modelci.workflow\n"
+                   "def _ingest(*args, **kwargs):\n"
+                   "    raise MemoryError()\n"
+                   "modelci.workflow._ingest = _ingest\n")
     project.workloads(QUICK)
     starved = project.run()
     assert starved.returncode == 3, starved.stderr
@@ -223,7 +226,7 @@ def test_a_run_out_of_memory_says_so_in_one_line_and_its_results_wait_in_its_jou
     assert "the 1 result(s) of this run are kept in" in starved.stderr, starved.stderr
     assert project.stored("SELECT count(*) FROM runs") == [(0,)]
     project.assert_clean(starved)
-    del project.extra_env["PROBE_NO_MEMORY_TO_STORE"]
+    del project.extra_env[HOOKED]
     done = project.run()
     assert "stored run 1 (1 result(s), marked interrupted) from an earlier run that was not stored" in done.stderr
     assert not list((cache / "journals").iterdir())

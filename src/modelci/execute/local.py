@@ -7,7 +7,6 @@ harness's numpy instead of the target's).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 import modelci
+from modelci import locks
 from modelci.errors import HarnessError, UserError, free_bytes, no_space_in
 from modelci.execute import supervisor
 from modelci.execute.base import DISCOVERY_TIMEOUT
@@ -250,18 +250,14 @@ class Scratch:
 
     A killed run left its folder behind, with the saved models and outputs of its workloads in it, and nothing
     ever removed it: a runner killed now and then filled its cache disk. The process holds an exclusive `flock`
-    on the folder's `.owner` file for the folder's life, and the kernel releases it however the process ends, so
-    a sweep never takes the folder of a process that still runs (on this machine, or on another sharing the
-    cache folder through a file system that honours `flock`). The lock is taken under a name the sweep ignores
-    and renamed once held: a sweep between creating the file and locking it would take it for a dead one.
+    on the folder's `.owner` file for the folder's life (`locks.hold_new`), and the kernel releases it however
+    the process ends, so a sweep never takes the folder of a process that still runs (on this machine, or on
+    another sharing the cache folder through a file system that honours `flock`).
     """
 
     def __init__(self, cache_dir: str | Path, prefix: str):
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_root(cache_dir)))
-        part = self.path / (SCRATCH_OWNER + ".part")
-        self._owner = open(part, "w")  # noqa: SIM115 - held for the folder's life
-        fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.replace(part, self.path / SCRATCH_OWNER)
+        self._owner = locks.hold_new(self.path / SCRATCH_OWNER)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -274,15 +270,9 @@ def sweep_scratch(cache_dir: str | Path) -> tuple[int, int]:
     root = cache_folder(cache_dir) / "scratch"
     removed = freed = 0
     for folder in root.iterdir() if root.is_dir() else ():
-        try:
-            owner = open(folder / SCRATCH_OWNER, "a")  # noqa: SIM115 - closed below
-        except OSError:
+        owner = locks.take_if_free(folder / SCRATCH_OWNER)
+        if owner is None:  # its process is still going, or it has no owner file
             continue
-        try:
-            fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            owner.close()
-            continue  # its process is still going
         try:
             freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
         except OSError:
