@@ -226,6 +226,27 @@ def test_parallel_probes_search_k_plus_1_ways(history):
     assert result.rounds <= math.ceil(math.log(result.range_size, 4)) + 1 + result.skipped
 
 
+def test_an_interrupted_bisect_lists_the_first_candidates_left_and_counts_them_all(history, monkeypatch):
+    """A range may hold thousands of commits: the report of a cancelled bisect lists the first
+    MAX_CANDIDATES_SHOWN of those left and says how many there are."""
+    import modelci.bisect as bisect_module
+
+    monkeypatch.setattr(bisect_module, "MAX_CANDIDATES_SHOWN", 3)
+
+    def interrupt(line):
+        if line.startswith("probing "):  # the first round, before any commit between the ends is probed
+            raise KeyboardInterrupt
+
+    with pytest.raises(workflow.Interrupted) as cut:
+        run_bisect(history, "Numeric", log=interrupt)
+    result = cut.value.bisect
+    assert result.status == "interrupted" and result.rounds == 0
+    assert len(result.candidates) == 3 and result.range_size > 3
+    assert f"{result.range_size} of {result.range_size} commits" in result.message, result.message
+    assert "still candidates (the first 3 listed)" in result.message, result.message
+    assert [c["item"] for c in result.to_json()["candidates"]] == [c.item for c in result.candidates]
+
+
 @pytest.mark.slow
 def test_wheel_builds_resume_after_an_interruption_without_rebuilding(history, tmp_path):
     # its own cache and history: everything here is built by this test
