@@ -428,6 +428,43 @@ def test_a_run_whose_server_restarts_as_it_is_stored_is_stored_once_the_server_i
             assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("complete",), ("complete",)]
 
 
+def test_a_run_whose_commit_was_answered_on_a_connection_that_then_broke_is_stored_once(postgres_server, tmp_path,
+                                                                                       monkeypatch):
+    """The connection breaks after the server committed the run, before its answer arrived (a restart or a
+    failover at that moment): the store tries again, as for any lost connection, and stored the run a second
+    time, a duplicate point in every series. The run's journal name, stored with it, tells it the run is in."""
+    import psycopg
+    from sqlalchemy.exc import OperationalError
+
+    from modelci import targets
+    from modelci.envs import Environment
+    from modelci.records import Metric, Result
+
+    store = Store(postgres_server.database(), str(tmp_path / "artifacts"))
+    commit = store._ingest_once
+    committed: list[int] = []
+
+    def answer_lost(*args):  # the transaction commits; then the answer is lost, once
+        committed.append(commit(*args))
+        if len(committed) == 1:
+            raise OperationalError("COMMIT", {}, psycopg.OperationalError("server closed the connection "
+                                                                          "unexpectedly"))
+        return committed[-1]
+
+    monkeypatch.setattr(store, "_ingest_once", answer_lost)
+    results = [Result(workload=f"s/{name}", status="ok", metrics={"m": Metric("m", "samples", [1.0])})
+               for name in "AB"]
+    environment = Environment(id="env-1", path=None, python=Path(sys.executable), spec=None, lock="", fingerprint={},
+                              isolated=True)
+    run_id = store.ingest(target=targets.resolve("fw==1.0"), environment=environment, runner="cpu",
+                          results=results, journal="f" * 32)
+    assert committed == [run_id]  # not tried again once the journal said the run is in
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == 1
+        stored = connection.execute(text("SELECT id, workload FROM results ORDER BY id")).all()
+    assert [(r.id, r.workload) for r in results] == [tuple(row) for row in stored]
+
+
 @pytest.mark.slow
 def test_a_cancel_while_the_store_waits_for_a_server_that_is_gone_ends_at_once_with_the_reports(tmp_path):
     """The server goes down as the run is stored, and the CI job is cancelled while the store waits to try again:

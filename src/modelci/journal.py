@@ -179,7 +179,7 @@ def waiting(cache_dir: Path | str) -> list[Path]:
 
 def _take(folder: Path) -> Any:
     """The journal's owner lock, taken (its run is gone), or None while its run holds it."""
-    return locks.take_if_free(folder / OWNER_LOCK)
+    return locks.take_if_free(folder / OWNER_LOCK, make=True)
 
 
 def _recover_one(folder: Path, history: str, store: Any, log: Callable[[str], object]) -> int | None:

@@ -73,12 +73,13 @@ def hold_new(path: Path) -> IO[str]:
     return handle
 
 
-def take_if_free(path: Path) -> IO[str] | None:
-    """The exclusive lock on the existing file `path`, taken, when no process holds it (its owner is gone: the
-    kernel releases a lock however a process ends, and a reused process id cannot fool it); None while one does,
-    or when there is no such file. The caller closes what it gets."""
+def take_if_free(path: Path, *, make: bool = False) -> IO[str] | None:
+    """The exclusive lock on the file `path`, taken, when no process holds it (its owner is gone: the kernel
+    releases a lock however a process ends, and a reused process id cannot fool it); None while one does. A
+    missing file gives None too, unless `make`: where every owner makes its file before anyone looks (a journal,
+    made under a name nothing looks at), a missing one is damage, and the caller takes it to say so."""
     try:
-        handle = open(path, "r+")  # noqa: SIM115 (closed by the caller); "r+": never made here
+        handle = open(path, "a" if make else "r+")  # noqa: SIM115 (closed by the caller)
     except OSError:
         return None
     try:

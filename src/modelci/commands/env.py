@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
     export.add_argument("ref", metavar="RUN", help="a run id, or latest")
     export.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")
 
-    gc = env.add_parser("gc", help="remove cached environments")
+    gc = env.add_parser("gc", help="remove cached environments (and the scratch folders of killed runs)")
     how = gc.add_mutually_exclusive_group(required=True)
     how.add_argument("--keep", type=count, metavar="N", help="keep the N most recently used environments")
     how.add_argument("--older-than", type=days, metavar="DAYS", help="remove environments unused for DAYS days")

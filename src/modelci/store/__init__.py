@@ -42,11 +42,11 @@ from modelci.store.schema import (
     ArtifactRow,
     EnvironmentRow,
     FindingRow,
+    HistoryRow,
     MetricRow,
     OutputRow,
     ResultRow,
     RunFingerprintRow,
-    HistoryRow,
     RunJournalRow,
     RunLinkRow,
     RunRow,
@@ -501,6 +501,11 @@ class Store:
                 # back whole, so it is tried again, for a while; a cancelled command does not wait for it
                 if lost and waited < STORE_RETRY_S and cancel.received() is None:
                     _pause(min(2.0 ** (attempt - 1), STORE_RETRY_S - waited, 8.0))
+                    # the connection may have broken after the commit, before its answer came: then the run is
+                    # stored, and storing it again would make a duplicate of every point. Its journal says so
+                    stored = self._stored_from(journal, results)
+                    if stored is not None:
+                        return stored
                     continue
                 full = _SQLITE_FULL in str(orig) or getattr(orig, "sqlstate", None) in _PG_FULL
                 tried = f" (tried {attempt} times over {waited:.0f} s)" if attempt > 1 else ""
@@ -543,6 +548,25 @@ class Store:
             raise HarnessError(f"the history {self.shown} has no row in its table `history_identity`; restore it "
                                "from a backup, or insert one id (any 32 characters) to use it as it is")
         return found
+
+    def _stored_from(self, journal: str, results: list[Result]) -> int | None:
+        """The run stored from `journal` by an attempt whose answer was lost, with its results' ids set on
+        `results` (inserted in their order, so their ids ascend in it); None when there is none, or when the
+        history cannot be asked yet."""
+        if not journal:
+            return None
+        try:
+            run_id = self.run_for_journal(journal)
+            if run_id is None:
+                return None
+            with self.sessions() as session:
+                ids = list(session.scalars(select(ResultRow.id).where(ResultRow.run_id == run_id)
+                                           .order_by(ResultRow.id)))
+        except SQLAlchemyError:
+            return None
+        for result, result_id in zip(results, ids):
+            result.id = result_id
+        return run_id
 
     def run_for_journal(self, journal: str) -> int | None:
         """The id of the run stored from the journal named `journal`, or None when none was."""
