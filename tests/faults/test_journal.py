@@ -184,6 +184,21 @@ def test_a_run_the_history_refuses_is_kept_for_the_next_run(project, tmp_path):
     assert not list((cache / "journals").iterdir())
 
 
+def test_a_journal_that_lost_its_lock_file_is_still_stored(project):
+    """Every journal is made with its lock file before any run looks at it, so one without is damaged (a hand
+    that cleaned the folder up): it is taken and stored like any journal of a killed run, not skipped for ever
+    as if its run were still going."""
+    cache = _own_cache(project)
+    _killed_midway(project)
+    project.marker("hanging").unlink()
+    [folder] = (cache / "journals").iterdir()
+    (folder / "owner.lock").unlink()
+    project.workloads(QUICK)
+    done = project.run()
+    assert "(1 result(s), marked interrupted) from an earlier run that was not stored" in done.stderr, done.stderr
+    assert not list((cache / "journals").iterdir())
+
+
 def test_a_run_killed_just_after_it_was_stored_is_not_stored_again(project):
     """A SIGKILL between the commit that stores a run and the removal of its journal (a few milliseconds) left
     the journal of a stored run, and the next run stored its results a second time: a duplicate point in every
