@@ -46,6 +46,17 @@ def no_space_in(text: str) -> str | None:
     return next((words for words in NO_SPACE_WORDS if words in text), None)
 
 
+#: a disk with less room than this is full: a write that failed there without a word (a child's result, its
+#: stderr, SQLite's "disk I/O error") most likely found no room
+LOW_DISK_BYTES = 1 << 20
+
+
+def nearly_full(path: object) -> int | None:
+    """The bytes free on the disk of `path` when they are under LOW_DISK_BYTES, else None (room, or unknown)."""
+    left = free_bytes(path)
+    return left if left is not None and left < LOW_DISK_BYTES else None
+
+
 def free_bytes(path: object) -> int | None:
     """The bytes free to this user on the disk of `path` (or of its folder, when it does not exist yet), or None
     where that cannot be told."""

@@ -273,8 +273,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             # left): that was a traceback and exit 1, as for a regression, and no report file
             raise Unfinished(f"run {outcome.run_id} is stored, but its checks and alarms could not be finished "
                              f"({described(exc)}); its results are shown and written to the report files unjudged. "
-                             "Fix that "
-                             "and the next run is judged as usual", _unjudged(outcome, results, False)) from None
+                             "Fix that and the next run is judged as usual", _unjudged(outcome, results, False)) \
+                from None
         return outcome
     finally:
         _finish(executor, pool)

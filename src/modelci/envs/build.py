@@ -384,7 +384,6 @@ def _run_uv(uv: str, args: list[str], cache_dir: Path,
     return subprocess.CompletedProcess([uv, *args], code, out, err)
 
 
-
 def _uv_reason(stderr: str) -> str:
     """The meaningful lines of uv's stderr: from its first "error:" on, at most six of them."""
     lines = [line.strip().lstrip("×╰─▶│ ").strip() for line in stderr.splitlines()]

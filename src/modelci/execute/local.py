@@ -21,7 +21,7 @@ import numpy as np
 
 import modelci
 from modelci import locks
-from modelci.errors import HarnessError, UserError, free_bytes, no_space_in
+from modelci.errors import HarnessError, UserError, nearly_full, no_space_in
 from modelci.execute import supervisor
 from modelci.execute.base import DISCOVERY_TIMEOUT
 from modelci.records import Metric, Result
@@ -165,10 +165,6 @@ def discover(python: Path, suites: dict[str, Path], scratch: Path, timeout: floa
     return json.loads(out.read_text())
 
 
-#: below this many bytes free, a child that ended without a word is taken to have found its disk full
-FULL_BYTES = 1 << 20
-
-
 def discovery_failed(python: Path, stderr: Path, timed_out: float | None, died: str = "") -> HarnessError:
     """The error of a discovery that ended without its result: which suite file it was importing, whether it
     ran out of time (`timed_out`: its timeout), and the end of its stderr. A file that blocks at import (a
@@ -183,8 +179,8 @@ def discovery_failed(python: Path, stderr: Path, timed_out: float | None, died: 
            else "ended without its result" + (f" ({died})" if died else ""))
     where = f" while importing {files[-1]}: does that file block or exit at import?" if files else ""
     full = no_space_in(text)
-    left = free_bytes(stderr.parent)
-    if not full and not text and left is not None and left < FULL_BYTES:
+    left = nearly_full(stderr.parent)
+    if not full and not text and left is not None:
         # a disk full before discovery began: even its stderr could not be written, so it says nothing
         full = f"{left} bytes free on the disk of {stderr.parent}"
     if full and timed_out is None:  # the suite is not at fault: its result had no room to be written
@@ -267,7 +263,7 @@ class Scratch:
 def sweep_scratch(cache_dir: str | Path) -> tuple[int, int]:
     """Remove the scratch folders of processes that are gone (their `.owner` lock is free); how many, and the
     bytes they held. Folders without an owner file (being made, or made by a modelci before it) are left."""
-    root = cache_folder(cache_dir) / "scratch"
+    root = Path(cache_dir).expanduser() / "scratch"  # only read: nothing to make, nor a write to probe
     removed = freed = 0
     for folder in root.iterdir() if root.is_dir() else ():
         owner = locks.take_if_free(folder / SCRATCH_OWNER)
@@ -323,16 +319,13 @@ def child_outcome(workload: WorkloadInfo, out: Path, code: int | None, seconds: 
         return Result(status="crashed", reason=f"killed by {signal_name(-code)}", **base)
     if code != 0 or not result_file.exists():
         reason = f"the process exited with code {code} before writing its result"
-        left = free_bytes(out)
-        if left is not None and left < FULL_BELOW:  # its traceback too may have found no room in stderr.txt
+        left = nearly_full(out)
+        if left is not None:  # its traceback too may have found no room in stderr.txt
             reason += (f"; the disk of its scratch folder {out.parent} is full ({left // 1024} KiB free): free space "
                        "there, or set cache_dir to a folder on a bigger disk")
         return Result(status="crashed", reason=reason, **base)
     return load_child_result(json.loads(result_file.read_text()), out, base)
 
-
-#: a scratch disk with less room than this is full: a child could not have written its result there
-FULL_BELOW = 1 << 20
 
 
 def load_child_result(data: dict[str, Any], out: Path, base: dict[str, Any]) -> Result:

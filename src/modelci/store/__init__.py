@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import modelci
 from modelci import cancel
-from modelci.errors import HarnessError, UserError, free_bytes
+from modelci.errors import HarnessError, UserError, nearly_full
 from modelci.targets import label as target_label, order_key
 from modelci.records import Metric, Result, clean, clean_result, clean_text
 from modelci.store import alarms_schema  # noqa: F401  (registers its tables with Base)
@@ -88,9 +88,6 @@ STORE_RETRY_S = 60.0
 #: 57P02 crash shutdown, 57P03 cannot connect now: starting up)
 _PG_LOST = ("57P01", "57P02", "57P03")
 
-
-#: less free space than this beside a SQLite history that cannot be opened is named as the likely reason
-LOW_DISK_BYTES = 1 << 20
 
 
 def _pause(seconds: float) -> None:
@@ -445,8 +442,8 @@ class Store:
                                 "`history`, `show`, `alarms` and `report` can read it where it is") from None
             # a refused connection, a file that is not a database, a server gone away: the harness cannot run
             why = _first_line(exc.orig)
-            free = free_bytes(sqlite_file(self.url))
-            if free is not None and free < LOW_DISK_BYTES:  # SQLite says "disk I/O error" of a full disk
+            free = nearly_full(sqlite_file(self.url))
+            if free is not None:  # SQLite says "disk I/O error" of a full disk
                 why += f" (the disk holding it has {free // 1024} KiB free: free space there, or give a db elsewhere)"
             if "timeout expired" in why:
                 why += (" (the server took the connection and did not answer: is it up, not overloaded, and is "
