@@ -428,11 +428,13 @@ def test_a_run_whose_server_restarts_as_it_is_stored_is_stored_once_the_server_i
             assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("complete",), ("complete",)]
 
 
+@pytest.mark.parametrize("journal", ["f" * 32, ""], ids=["journal", "no-journal"])
 def test_a_run_whose_commit_was_answered_on_a_connection_that_then_broke_is_stored_once(postgres_server, tmp_path,
-                                                                                       monkeypatch):
+                                                                                       monkeypatch, journal):
     """The connection breaks after the server committed the run, before its answer arrived (a restart or a
     failover at that moment): the store tries again, as for any lost connection, and stored the run a second
-    time, a duplicate point in every series. The run's journal name, stored with it, tells it the run is in."""
+    time, a duplicate point in every series. The run's journal name, stored with it, tells it the run is in; a
+    run kept in no journal (a build that failed, a confirmation run) is stored under a name of its own."""
     import psycopg
     from sqlalchemy.exc import OperationalError
 
@@ -457,7 +459,7 @@ def test_a_run_whose_commit_was_answered_on_a_connection_that_then_broke_is_stor
     environment = Environment(id="env-1", path=None, python=Path(sys.executable), spec=None, lock="", fingerprint={},
                               isolated=True)
     run_id = store.ingest(target=targets.resolve("fw==1.0"), environment=environment, runner="cpu",
-                          results=results, journal="f" * 32)
+                          results=results, journal=journal)
     assert committed == [run_id]  # not tried again once the journal said the run is in
     with store.engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == 1

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import time
+import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -472,7 +473,8 @@ class Store:
 
         `journal`: the name of the journal that kept the results while the run went on (modelci.journal),
         stored with the run so that a journal left behind by a kill just after the commit is not stored twice
-        (`run_for_journal`).
+        (`run_for_journal`). A run kept in no journal (a build that failed, a confirmation run) gets a random
+        name in its place: the retry after a lost answer asks for that name, so it is stored once too.
 
         A run made as part of another (`purpose="confirmation"`: `compare` re-running a workload to confirm a
         verdict of `parent_run_id`) is stored with that link (schema.RunLinkRow), so readers can leave it out.
@@ -485,6 +487,7 @@ class Store:
         suites, selection, command = [clean_text(s) for s in suites or []], clean_text(selection), clean_text(command)
         # blobs first: content-addressed, so a blob without a row is harmless, a row without a blob is not
         digests = [{name: self.artifacts.put_array(array) for name, array in r.outputs.items()} for r in results]
+        journal = journal or uuid.uuid4().hex
         began = time.monotonic()
         for attempt in itertools.count(1):
             try:
@@ -499,7 +502,7 @@ class Store:
                 if lost and waited < STORE_RETRY_S and cancel.received() is None:
                     _pause(min(2.0 ** (attempt - 1), STORE_RETRY_S - waited, 8.0))
                     # the connection may have broken after the commit, before its answer came: then the run is
-                    # stored, and storing it again would make a duplicate of every point. Its journal says so
+                    # stored, and storing it again would make a duplicate of every point. The name it was stored under says so
                     stored = self._stored_from(journal, results)
                     if stored is not None:
                         return stored
@@ -528,8 +531,7 @@ class Store:
                 session.add(RunFingerprintRow(run_id=run.id, fingerprint=environment.fingerprint))
             if purpose:
                 session.add(RunLinkRow(run_id=run.id, parent_run_id=parent_run_id, purpose=purpose))
-            if journal:
-                session.add(RunJournalRow(journal=journal, run_id=run.id))
+            session.add(RunJournalRow(journal=journal, run_id=run.id))
             ids = self._insert_results(session, run.id, results, digests)
             for result, result_id in zip(results, ids):
                 result.id = result_id
@@ -550,8 +552,6 @@ class Store:
         """The run stored from `journal` by an attempt whose answer was lost, with its results' ids set on
         `results` (inserted in their order, so their ids ascend in it); None when there is none, or when the
         history cannot be asked yet."""
-        if not journal:
-            return None
         try:
             run_id = self.run_for_journal(journal)
             if run_id is None:

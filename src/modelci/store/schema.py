@@ -166,6 +166,10 @@ class RunJournalRow(Base):
     already, and the next run stored its results a second time: a duplicate run in every series. Written in the
     same transaction as the run, this row lets the recovery see that the run is stored and only remove the
     journal. Its primary key also stops two recoveries of one journal from both storing it.
+
+    A run kept in no journal (a build that failed, a confirmation run) is stored under a random name of the same
+    form: `Store.ingest` asks for the name before it tries again after a lost connection, so a commit whose
+    answer was lost is not stored twice, whichever way the run came.
     """
 
     __tablename__ = "run_journals"
