@@ -428,6 +428,42 @@ def test_a_run_whose_server_restarts_as_it_is_stored_is_stored_once_the_server_i
             assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("complete",), ("complete",)]
 
 
+#: a runner frozen (its VM suspended, its process stopped) while it holds the history's write lock
+FROZEN_WITH_THE_LOCK = """
+import os, signal, sys
+from modelci.store import Store, migrate
+migrate.LOCK_IDLE_S = 2
+store = Store(sys.argv[1], sys.argv[2])
+with store.write():
+    print("held", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+def test_a_runner_frozen_while_it_holds_the_write_lock_holds_the_others_up_only_for_a_while(postgres_server,
+                                                                                           tmp_path):
+    """A runner that stops dead in a transaction holding a lock (the alarm step's write lock) kept every other
+    runner's command waiting for ever: its server sees an idle session, not a dead one. The server now ends such a
+    session once it has sat idle for LOCK_IDLE_S, and the others go on."""
+    suite = tmp_path / "tiny"
+    suite.mkdir()
+    (suite / "models.py").write_text(SUITE)
+    url = postgres_server.database()
+    frozen = subprocess.Popen([sys.executable, "-c", FROZEN_WITH_THE_LOCK, url, str(tmp_path / "artifacts")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert frozen.stdout.readline().strip() == "held"
+        assert Path(f"/proc/{frozen.pid}/stat").read_text().split(")")[1].split()[0] == "T"  # stopped, lock held
+        code, out, err = finish(modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k",
+                                        "Fine"), timeout=120)
+        assert code == 0, out + err
+        assert frozen.poll() is None  # still stopped: its session was ended by the server, not by anyone's kill
+    finally:
+        frozen.kill()
+        frozen.wait()
+        frozen.stdout.close()
+
+
 @pytest.mark.parametrize("journal", ["f" * 32, ""], ids=["journal", "no-journal"])
 def test_a_run_whose_commit_was_answered_on_a_connection_that_then_broke_is_stored_once(postgres_server, tmp_path,
                                                                                        monkeypatch, journal):

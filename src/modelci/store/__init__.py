@@ -391,6 +391,7 @@ class Store:
             if self.engine.dialect.name == "sqlite":
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
             elif self.engine.dialect.name == "postgresql":
+                migrate.bound_idle(connection)
                 connection.execute(select(func.pg_advisory_xact_lock(WRITE_LOCK_KEY)))
             yield session
 
@@ -518,6 +519,8 @@ class Store:
                      started_at: datetime | None, purpose: str, parent_run_id: int | None, journal: str) -> int:
         """One transaction of `ingest`."""
         with self.sessions.begin() as session:
+            # a new target's or environment's row is locked until commit: a runner frozen here stops the others
+            migrate.bound_idle(session.connection())
             target_row = self._target_row(session, target)
             stored_fingerprint = self._environment_row(session, environment)
             run = RunRow(

@@ -43,6 +43,19 @@ HEAD = "0005"
 REVISION = re.compile(r"\d{4}")
 #: the advisory lock key of the schema lock on PostgreSQL (any constant; "modelci" in ASCII)
 PG_LOCK_KEY = 0x6D6F64656C6369
+#: on PostgreSQL, the longest a transaction that holds a lock other runners wait for (the schema lock, the write
+#: lock, a new target's row) may sit idle before the server ends its session, in seconds. A runner frozen there
+#: (its VM suspended, its process stopped, its host cut off) held the lock for ever, or for the hours the
+#: server's own keepalives take, and every other runner's command waited behind it. modelci's own transactions
+#: never pause between statements for more than milliseconds of Python, so a minute is ample
+LOCK_IDLE_S = 60
+
+
+def bound_idle(connection: Connection) -> None:
+    """On PostgreSQL, end this connection's transaction if it sits idle past LOCK_IDLE_S (SET LOCAL: this
+    transaction only; a reader's long-lived session holds no lock a runner waits for, and is left alone)."""
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"SET LOCAL idle_in_transaction_session_timeout = {int(LOCK_IDLE_S * 1000)}")
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,7 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
             # reads the schema the first one made
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         elif engine.dialect.name == "postgresql":
+            bound_idle(connection)
             connection.execute(select(func.pg_advisory_xact_lock(PG_LOCK_KEY)))
         yield connection
         connection.commit()
