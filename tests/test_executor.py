@@ -197,6 +197,76 @@ def test_placement_maps_workload_resources_to_rays_names():
     assert ray_executor.fits(wanted, gpu_node) and not ray_executor.fits(wanted, cpu_node)
 
 
+#: a Ray worker process on a node: builds a node agent on the cache folder argv[1], says its folder, and waits to be
+#: killed (a Ray worker or node lost in the middle of a run)
+AGENT = """
+import sys, time
+import modelci
+from modelci import envs, targets
+from modelci.execute import local, ray_agent
+cache = sys.argv[1]
+env = envs.current(cache, environ=local.child_env(cache, 0, 1))
+settings = {"seed": 0, "threads": 1, "isolation": "fork", "start_timeout": 60.0, "cache_dir": cache, "python": ""}
+payload = {"modelci": modelci.__version__, "target": targets.resolve("current"), "lock": None,
+           "environment": env.id, "fingerprint": ray_agent.software(env.fingerprint), "index": None,
+           "settings": settings, "suites": {}, "suites_digest": "none"}
+agent = ray_agent.NodeAgent(payload, {"id": "f" * 56, "address": "10.1.2.3", "hostname": "gpu-3"})
+print(agent.home, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_folder_of_a_killed_node_agent_is_removed_by_the_next_agent_on_its_node(tmp_path):
+    """A node agent's folder (its workloads' scratch, suites being unpacked) was made with no owner, so an agent
+    killed with its Ray worker left it for ever on a node where nothing else ever cleans the cache. The next agent
+    on the node removes it; an agent that still runs keeps its own."""
+    import signal
+    import subprocess
+
+    cache = tmp_path / "cache"
+    agents = [subprocess.Popen([sys.executable, "-c", AGENT, str(cache)], stdout=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    try:
+        killed, live = [Path(agent.stdout.readline().strip()) for agent in agents]
+        assert killed.is_dir() and live.is_dir(), (killed, live)
+        agents[0].send_signal(signal.SIGKILL)
+        agents[0].wait()
+        assert killed.is_dir()  # left behind by the kill
+        code = AGENT.replace("time.sleep(600)", "agent.close()")
+        subprocess.run([sys.executable, "-c", code, str(cache)], check=True, capture_output=True, timeout=120)
+        assert not killed.exists()
+        assert live.is_dir()
+    finally:
+        for agent in agents:
+            agent.kill()
+            agent.wait()
+            agent.stdout.close()
+
+
+def test_a_scratch_folder_left_by_a_modelci_from_before_the_owner_lock_is_removed_once_it_is_old(tmp_path):
+    """Scratch folders made before they had an owner file are removed once nothing in them changed for
+    UNOWNED_AGE_S; a new one without an owner file (being made) is left alone, as is a live one."""
+    import os
+    import time
+
+    from modelci.execute import local
+
+    root = local.scratch_root(tmp_path)
+    old, new = root / "run-old", root / "run-new"
+    for folder in (old, new):
+        (folder / "model").mkdir(parents=True)
+        (folder / "model" / "weights.bin").write_bytes(b"w" * 1000)
+    then = time.time() - local.UNOWNED_AGE_S - 60
+    for path in (old / "model" / "weights.bin", old / "model", old):
+        os.utime(path, (then, then))
+    live = local.Scratch(tmp_path, "run-")
+    os.utime(live.path / local.SCRATCH_OWNER, (then, then))
+    os.utime(live.path, (then, then))
+    assert local.sweep_scratch(tmp_path) == (1, 1000)
+    assert sorted(p.name for p in root.iterdir()) == sorted(["run-new", live.path.name])
+    live.remove()
+
+
 def test_a_node_agent_takes_the_drivers_environment_and_refuses_one_that_differs(tmp_path):
     """The check every node makes before it runs anything (execute.ray_agent), without Ray: the same
     environment passes; another interpreter version, or another modelci, is refused naming what differs."""

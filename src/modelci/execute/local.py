@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -260,23 +261,40 @@ class Scratch:
         self._owner.close()
 
 
+#: a scratch folder with no owner file, in which nothing changed for this long, was left by a modelci from before
+#: the owner lock, killed: no run lasts days, and a folder being made gets its owner file within microseconds
+UNOWNED_AGE_S = 2 * 24 * 3600
+
+
 def sweep_scratch(cache_dir: str | Path) -> tuple[int, int]:
-    """Remove the scratch folders of processes that are gone (their `.owner` lock is free); how many, and the
-    bytes they held. Folders without an owner file (being made, or made by a modelci before it) are left."""
+    """Remove the scratch folders of processes that are gone (their `.owner` lock is free, or they have no owner
+    file and nothing in them changed for UNOWNED_AGE_S); how many, and the bytes they held."""
     root = Path(cache_dir).expanduser() / "scratch"  # only read: nothing to make, nor a write to probe
     removed = freed = 0
     for folder in root.iterdir() if root.is_dir() else ():
         owner = locks.take_if_free(folder / SCRATCH_OWNER)
-        if owner is None:  # its process is still going, or it has no owner file
+        if owner is None and not _unowned_and_old(folder):  # its process is still going, or is being made
             continue
         try:
             freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
         except OSError:
             pass
         shutil.rmtree(folder, ignore_errors=True)
-        owner.close()
+        if owner is not None:
+            owner.close()
         removed += 1
     return removed, freed
+
+
+def _unowned_and_old(folder: Path) -> bool:
+    """Whether `folder` is a scratch folder without an owner file in which nothing changed for UNOWNED_AGE_S."""
+    if not folder.is_dir() or folder.is_symlink() or (folder / SCRATCH_OWNER).exists():
+        return False
+    try:
+        newest = max(p.lstat().st_mtime for p in [folder, *folder.rglob("*")])
+    except OSError:  # changing under the sweep: in use
+        return False
+    return time.time() - newest > UNOWNED_AGE_S
 
 
 def scratch_prefix(name: str) -> str:

@@ -125,10 +125,18 @@ class NodeAgent:
         self.cache = Path(os.environ.get("MODELCI_CACHE_DIR") or settings["cache_dir"]
                           or "~/.cache/modelci").expanduser()
         self.cache.mkdir(parents=True, exist_ok=True)
-        self.suites = {name: self._suite(name, entry) for name, entry in payload["suites"].items()}
-        self.folders = {name: entry.get("folder", "") for name, entry in payload["suites"].items()}
-        self.env = self._environment(payload, settings, node)
-        self.home = Path(tempfile.mkdtemp(prefix="ray-agent-", dir=local.scratch_root(self.cache)))
+        # the folders of this node's agents and runs that were killed (a Ray worker or node lost mid-run), which
+        # nothing else on a node that never runs `modelci run` itself would remove; a live one is left alone
+        local.sweep_scratch(self.cache)
+        self._scratch = local.Scratch(self.cache, "ray-agent-")
+        self.home = self._scratch.path
+        try:
+            self.suites = {name: self._suite(name, entry) for name, entry in payload["suites"].items()}
+            self.folders = {name: entry.get("folder", "") for name, entry in payload["suites"].items()}
+            self.env = self._environment(payload, settings, node)
+        except BaseException:
+            self._scratch.remove()
+            raise
         # the worker's parent-death signal follows the thread that starts it (workload/lifeline.py): one thread
         # that lives as long as the agent starts it, whichever of Ray's threads runs a task
         self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelci-agent")
@@ -147,7 +155,8 @@ class NodeAgent:
             return folder
         folder = self.cache / "ray-suites" / entry["digest"] / name
         if not folder.is_dir():
-            staging = Path(tempfile.mkdtemp(prefix="suite-", dir=local.scratch_root(self.cache)))
+            # unpacked in the agent's own folder, so that one killed mid-way leaves nothing behind it
+            staging = Path(tempfile.mkdtemp(prefix="suite-", dir=self.home))
             for relative, data in entry["files"].items():
                 path = staging / relative
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -213,7 +222,7 @@ class NodeAgent:
         """Stop the warm worker and remove the agent's folder."""
         self.executor.close()
         self._launcher.shutdown(wait=False)
-        shutil.rmtree(self.home, ignore_errors=True)
+        self._scratch.remove()
 
 
 def collect_saved(result: Result, scratch: Path) -> dict[str, bytes]:
