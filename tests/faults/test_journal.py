@@ -184,6 +184,34 @@ def test_a_run_the_history_refuses_is_kept_for_the_next_run(project, tmp_path):
     assert not list((cache / "journals").iterdir())
 
 
+def test_a_history_locked_by_a_stuck_process_names_the_lock_and_keeps_the_run(project):
+    """A SQLite history whose write lock another process keeps (here a connection that began a transaction and
+    sits in it) refuses the run once busy_timeout is spent, with SQLite's bare "database is locked". The message
+    now says who can hold a lock that long and what to do; the run waits in its journal for the next one."""
+    import sqlite3
+
+    cache = _own_cache(project)
+    project.workloads(QUICK)
+    assert project.run().returncode == 0
+    _hook(project, "import modelci.store\nmodelci.store.SQLITE_BUSY_TIMEOUT_MS = 2000\n")
+    stuck = sqlite3.connect(project.db, isolation_level=None)
+    try:
+        stuck.execute("BEGIN IMMEDIATE")
+        refused = project.run()
+    finally:
+        stuck.close()
+    assert refused.returncode == 3, refused.stderr
+    assert ("database is locked (another process kept its write lock past the 2 s a writer waits: a process "
+            "stopped or hung in a transaction") in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and "the 1 result(s) of this run are kept in" in refused.stderr
+    del project.extra_env[HOOKED]
+    again = project.run()
+    assert again.returncode == 0 and "from an earlier run that was not stored" in again.stderr, again.stderr
+    assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == [
+        "complete", "interrupted", "complete"]
+    assert not list((cache / "journals").iterdir())
+
+
 def test_a_journal_that_lost_its_lock_file_is_still_stored(project):
     """Every journal is made with its lock file before any run looks at it, so one without is damaged (a hand
     that cleaned the folder up): it is taken and stored like any journal of a killed run, not skipped for ever

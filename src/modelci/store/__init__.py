@@ -956,8 +956,14 @@ class Store:
 
 
 def _first_line(error: BaseException) -> str:
+    """The database's own words, and for a SQLite history that stayed locked, who holds a lock that long."""
     lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+    said = lines[0] if lines else type(error).__name__
+    if said == "database is locked":  # SQLite's words once busy_timeout is spent: no writer takes that long
+        said += (f" (another process kept its write lock past the {SQLITE_BUSY_TIMEOUT_MS // 1000} s a writer "
+                 "waits: a process stopped or hung in a transaction, or a sqlite3 shell that began one; `fuser` on "
+                 "the file names it; end it)")
+    return said
 
 
 def _finding_dict(row: FindingRow) -> dict[str, Any]:
