@@ -449,3 +449,18 @@ def test_a_path_part_too_long_for_the_file_system_is_named(project, capsys, argv
     said = usage_error(argv, capsys)
     assert "a file name too long for the file system (each part of a path holds at most 255 bytes)" in said
     assert "/tmp/aaaa" in said and "characters)" in said
+
+
+@pytest.mark.parametrize("arg, kept", [
+    ("--db=postgresql+psycopg://ci:p%40ss@db:5432/h?sslpassword=k3y&application_name=ci",
+     "--db=postgresql+psycopg://ci:***@db:5432/h?sslpassword=***&application_name=ci"),
+    ("https://__token__:glpat-abc@gitlab.example/api/v4/projects/1/packages/pypi/simple",
+     "https://__token__:***@gitlab.example/api/v4/projects/1/packages/pypi/simple"),
+    ("https://hooks.example/x?token=abc&y=1", "https://hooks.example/x?token=***&y=1"),
+    ("postgresql://ci@db/modelci", "postgresql://ci@db/modelci"),
+    ("suite/a:b@c.py", "suite/a:b@c.py"),
+])
+def test_a_secret_in_a_url_of_the_command_line_is_redacted_before_it_is_stored(arg, kept):
+    from modelci.cli import redacted
+
+    assert redacted(arg) == kept

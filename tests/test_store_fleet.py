@@ -428,6 +428,32 @@ def test_a_run_whose_server_restarts_as_it_is_stored_is_stored_once_the_server_i
             assert db.execute("SELECT status FROM runs ORDER BY id").fetchall() == [("complete",), ("complete",)]
 
 
+def test_a_password_in_the_command_line_is_not_stored_nor_shown(postgres_server, tmp_path):
+    """The command line is stored with each run and shown wherever the run is: `--db` with the history's
+    password put it in the history, the report files and the published dashboard."""
+    suite = tmp_path / "tiny"
+    suite.mkdir()
+    (suite / "models.py").write_text(SUITE)
+    url = postgres_server.database()
+    secret = url.replace("postgres@", "postgres:s3cret-pw@", 1)
+    assert "s3cret-pw" in secret
+    process = subprocess.run([sys.executable, "-m", "modelci.cli", "--db", secret, "run", "--target", "current",
+                              "--suite", str(suite), "-k", "Fine", "--json", str(tmp_path / "r.json"),
+                              "--markdown", str(tmp_path / "r.md")], cwd=tmp_path, capture_output=True, text=True,
+                             env={**{k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")},
+                                  "MODELCI_CACHE_DIR": str(tmp_path / "cache")})
+    assert process.returncode == 0, process.stdout + process.stderr
+    store = Store(url, str(tmp_path / "artifacts"))
+    with store.engine.connect() as connection:
+        [command] = connection.execute(text("SELECT command FROM runs")).scalars()
+    assert "postgres:***@127.0.0.1" in command, command
+    shown = subprocess.run([sys.executable, "-m", "modelci.cli", "--db", url, "show", "1"], cwd=tmp_path,
+                           capture_output=True, text=True)
+    for text_ in (command, process.stdout, process.stderr, shown.stdout, (tmp_path / "r.json").read_text(),
+                  (tmp_path / "r.md").read_text()):
+        assert "s3cret-pw" not in text_
+
+
 #: a runner frozen (its VM suspended, its process stopped) while it holds the history's write lock
 FROZEN_WITH_THE_LOCK = """
 import os, signal, sys
