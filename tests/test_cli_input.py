@@ -461,6 +461,6 @@ def test_a_path_part_too_long_for_the_file_system_is_named(project, capsys, argv
     ("suite/a:b@c.py", "suite/a:b@c.py"),
 ])
 def test_a_secret_in_a_url_of_the_command_line_is_redacted_before_it_is_stored(arg, kept):
-    from modelci.cli import redacted
+    from modelci.records import redacted
 
     assert redacted(arg) == kept

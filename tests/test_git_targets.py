@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -225,6 +226,40 @@ def test_run_cli_takes_repo_and_ref(project):
                           "--ref", "v0", "--suite", str(project["suite"])],
                          cwd=project["root"] / "project", env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "ref 'v0' does not exist" in bad.stderr
+
+
+def test_a_password_in_a_repository_url_is_neither_stored_nor_shown(project):
+    """A CI job names its repository with a token in the URL (`https://x-access-token:$TOKEN@host/fw.git`): the
+    token went into the history (the target's spec, the command line), the report files and the messages. git
+    still gets it (git's own `insteadOf` sends this URL to the local repository, as a real server would answer
+    it); nothing modelci writes or says holds it."""
+    secret = "s3cret-tok"
+    url = f"https://ci:{secret}@git.example/fakefw.git"
+    gitconfig = project["root"] / "gitconfig"
+    gitconfig.write_text(f'[url "{project["repo"].path}"]\n\tinsteadOf = {url}\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")} | {"GIT_CONFIG_GLOBAL": str(gitconfig)}
+    spec = targets.git_spec(url, project["shas"]["good"], "pythonpath")
+    proc = subprocess.run([sys.executable, "-m", "modelci.cli", "run", "--target", spec, "--suite",
+                           str(project["suite"]), "-k", "Numeric", "--json", "report.json"],
+                          cwd=project["root"] / "project", env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "https://ci:***@git.example/fakefw.git" in proc.stderr, proc.stderr
+    written = [path for path in (project["root"] / "project").rglob("*") if path.is_file()]
+    for text in [proc.stdout, proc.stderr, *(path.read_bytes().decode("latin-1") for path in written)]:
+        assert secret not in text
+    [db] = [path for path in written if path.suffix == ".db"]
+    with sqlite3.connect(db) as connection:
+        [(stored, command)] = connection.execute("SELECT spec, command FROM targets JOIN runs "
+                                                 "ON runs.target_id = targets.id").fetchall()
+    assert stored.startswith("git+https://ci:***@git.example/fakefw.git@") and "--target" in command, (stored, command)
+    # read back redacted, the spec finds the same mirror, and git is left to its credential helper for the token
+    again = GitRepo("https://ci:***@git.example/fakefw.git", project["cache"])
+    assert again.mirror == GitRepo(url, project["cache"]).mirror and again.mirror.is_dir()
+    assert again.remote == "https://ci@git.example/fakefw.git"
+    unreachable = GitRepo(f"https://ci:{secret}@127.0.0.1:9/fw.git", project["cache"])
+    with pytest.raises(UserError, match="cannot be reached") as refused:
+        unreachable.sync()
+    assert secret not in str(refused.value) and "ci:***@127.0.0.1" in str(refused.value)
 
 
 def test_declared_workloads_are_read_without_importing(tmp_path):

@@ -331,3 +331,17 @@ def test_sqlite_file_names_the_file_of_a_sqlite_history_only(tmp_path, monkeypat
         "garbage": ("postgresql://ci@localhost:port/x", None),
     }[form]
     assert sqlite_file(value) == expected
+
+
+def test_a_bisect_is_stored_without_the_password_of_its_repository(tmp_path):
+    """A bisect's outcome names its candidates by spec, each with the repository's URL: a token in that URL was
+    stored in the history, and shown by `bisect` listings and the dashboard."""
+    store = Store(str(tmp_path / "h.db"), str(tmp_path / "artifacts"))
+    spec = "git+https://ci:s3cret@git.example/fw.git@abc123"
+    result = {"workload": "s/w", "check": "timing", "status": "found", "culprit": {"item": "abc123", "spec": spec},
+              "candidates": [{"item": "abc123", "spec": spec}, {"item": "def456", "spec": spec[:-6] + "def456"}]}
+    store.add_bisect("cpu", result, command="modelci bisect --repo https://ci:s3cret@git.example/fw.git")
+    with sqlite3.connect(tmp_path / "h.db") as db:
+        [(stored, command)] = db.execute("SELECT result, command FROM bisects").fetchall()
+    assert "s3cret" not in stored + command
+    assert "git+https://ci:***@git.example/fw.git@abc123" in stored and "https://ci:***@git.example" in command

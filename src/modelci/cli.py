@@ -13,7 +13,6 @@ import atexit
 import errno
 import importlib
 import os
-import re
 import shlex
 import sys
 import threading
@@ -50,23 +49,14 @@ def _check_no_lost_values(argv: list[str]) -> None:
             raise UserError(f"{arg}: '--' cannot be a value (it ends the options); give the value itself")
 
 
-#: a URL's password (`scheme://user:password@`), and a query argument that holds a secret (`?password=...`)
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]*):[^/\s@]+@")
-_SECRET_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd|sslpassword|token|access_token|secret|api_key)=)[^&\s]+")
-
-
-def redacted(arg: str) -> str:
-    """`arg` with any password or token of a URL in it replaced by `***`. The command line is stored with each run
-    and shown wherever the run is (`show`, the report files, the dashboard a CI job publishes): a
-    `--db postgresql://ci:secret@db/modelci` put the history's password in all of them."""
-    return _SECRET_QUERY.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", arg))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `modelci` command."""
     argv = sys.argv[1:] if argv is None else argv
     parser, modules = build_parser()
     args = parser.parse_args(argv)
+    from modelci.records import redacted
+
+    # stored with each run and shown wherever it is: a password in a --db URL must be in neither
     args.command_line = "modelci " + " ".join(shlex.quote(redacted(a)) for a in argv)
     from modelci.report.console import escape
 

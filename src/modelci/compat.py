@@ -37,6 +37,7 @@ from modelci.checks.policy import Finding, decided
 from modelci.checks.precision import check_outputs
 from modelci.errors import UserError
 from modelci.execute import local
+from modelci.records import redacted
 from modelci.gitrepo import GitRepo
 from modelci.lineage import Lineage, sort_key, version_of
 from modelci.store import Store
@@ -509,7 +510,7 @@ def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | 
     producers = Producers(from_spec, target, config.cache_dir, from_option)
     store = store or Store.from_config(config)
     manifests, problems = records.read_manifests(store.artifacts)
-    progress.note(f"target {target.spec}: preparing the environment")
+    progress.note(f"target {redacted(target.spec)}: preparing the environment")
     env = steps.environment_for(config, target, log=progress.note)
     consumer = target_dict(target)
     ours = _selected([m for m in manifests if m["producer"].get("name") == target.name], suites, pattern)

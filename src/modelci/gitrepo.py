@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 from modelci import locks
 from modelci.errors import HarnessError, UserError
+from modelci.records import REDACTED, redacted
 
 GIT_TIMEOUT = 900
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -115,10 +116,16 @@ class GitRepo:
 
     def __init__(self, url: str, cache_dir: Path | str):
         self.url, self.local = normalize_url(url)
+        #: the URL as messages show it and the history keeps it: without its password (records.redacted)
+        self.shown = redacted(self.url)
+        #: the URL git is given: a password that was redacted (a spec read back from the history) is left out, so
+        #: that git asks its credential helper rather than send "***"
+        self.remote = self.url.replace(f":{REDACTED}@", "@") if self.shown == self.url else self.url
         self._checked = False  # the local folder is the repository's (_check_local)
         self.cache_dir = Path(cache_dir).expanduser().absolute()
         slug = re.sub(r"[^\w.-]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))[:40] or "repo"
-        self.mirror = self.cache_dir / "git" / f"{slug}-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}.git"
+        # named without the password: a token that is renewed, or a spec read back redacted, finds the same mirror
+        self.mirror = self.cache_dir / "git" / f"{slug}-{hashlib.sha256(self.shown.encode()).hexdigest()[:12]}.git"
         self._synced = False
 
     # -- the mirror ---------------------------------------------------------------------------------------
@@ -137,17 +144,19 @@ class GitRepo:
                 for stale in self.mirror.parent.glob(glob.escape(self.mirror.name) + ".tmp*"):
                     shutil.rmtree(stale, ignore_errors=True)
                 tmp = self.mirror.with_name(self.mirror.name + f".tmp{os.getpid()}")
-                proc = git(["clone", "--mirror", "--quiet", self.url, str(tmp)], check=False, supervised=True)
+                proc = git(["clone", "--mirror", "--quiet", self.remote, str(tmp)], check=False, supervised=True)
                 if proc.returncode != 0:
                     shutil.rmtree(tmp, ignore_errors=True)
-                    raise UserError(f"repository {self.url} cannot be reached: {_git_reason(proc.stderr)}; "
+                    raise UserError(f"repository {self.shown} cannot be reached: {_git_reason(proc.stderr)}; "
                                     "check the URL or path and your access to it")
                 os.replace(tmp, self.mirror)  # a half-cloned mirror never sits at the final path
             else:
+                if self.url != self.shown:  # a password given now: the mirror's may be a token since renewed
+                    git(["remote", "set-url", "origin", self.remote], cwd=self.mirror, check=False)
                 proc = git(["fetch", "--prune", "--quiet", "origin"], cwd=self.mirror, check=False,
                            supervised=True)
                 if proc.returncode != 0:
-                    raise UserError(f"repository {self.url} cannot be reached: {_git_reason(proc.stderr)}; "
+                    raise UserError(f"repository {self.shown} cannot be reached: {_git_reason(proc.stderr)}; "
                                     "check the URL or path and your access to it")
         self._synced = True
 
@@ -159,13 +168,13 @@ class GitRepo:
             return
         found = git(["rev-parse", "--absolute-git-dir"], cwd=self.local, check=False) if self.local.is_dir() else None
         if found is None or found.returncode != 0:
-            raise UserError(f"repository {self.url}: no git repository there; pass the folder of a git clone "
+            raise UserError(f"repository {self.shown}: no git repository there; pass the folder of a git clone "
                             "or a URL git can clone")
         git_dir = Path(found.stdout.strip()).resolve()
         top = git(["rev-parse", "--show-toplevel"], cwd=self.local, check=False)  # fails in a bare repository
         root = Path(top.stdout.strip()).resolve() if top.returncode == 0 and top.stdout.strip() else git_dir
         if self.local.resolve() not in (root, git_dir):
-            raise UserError(f"repository {self.url}: a folder inside the git repository {root}; give {root} itself "
+            raise UserError(f"repository {self.shown}: a folder inside the git repository {root}; give {root} itself "
                             "(a package in a subfolder is built with --build pythonpath:SUBFOLDER)")
         self._checked = True
 
@@ -202,8 +211,8 @@ class GitRepo:
         return proc.stdout.strip()
 
     def _no_ref(self, ref: str) -> str:
-        return (f"ref {ref!r} does not exist in repository {self.url}; give a branch, tag or commit "
-                f"(`git -C {self.local or self.url} log --oneline` lists them)")
+        return (f"ref {ref!r} does not exist in repository {self.shown}; give a branch, tag or commit "
+                f"(`git -C {self.local or self.shown} log --oneline` lists them)")
 
     # -- reading history ----------------------------------------------------------------------------------
 
@@ -265,8 +274,8 @@ class GitRepo:
             proc = git(["worktree", "add", "--detach", "--force", str(path), sha], cwd=self.mirror, check=False)
             if proc.returncode != 0:
                 shutil.rmtree(path, ignore_errors=True)
-                raise HarnessError(f"could not check out {sha[:12]} of {self.url}: {_git_reason(proc.stderr)}")
-            marker.write_text(self.url + "\n")
+                raise HarnessError(f"could not check out {sha[:12]} of {self.shown}: {_git_reason(proc.stderr)}")
+            marker.write_text(self.shown + "\n")
         return path
 
     @contextmanager
@@ -280,5 +289,5 @@ class GitRepo:
 
 def _git_reason(stderr: str) -> str:
     """git's own words, at most three lines, for a message."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [redacted(line.strip()) for line in stderr.splitlines() if line.strip()]
     return " / ".join(lines[-3:]) or "git failed without a message"

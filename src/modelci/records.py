@@ -6,6 +6,7 @@ They hold data only; the store turns them into rows and the checks compare them.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -121,6 +122,32 @@ def clean_text(text: str) -> str:
         return text
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")
+
+
+#: a URL's password (`scheme://user:password@`), and a query argument that holds a secret (`?password=...`)
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*):[^/\s@]+@")
+_SECRET_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd|sslpassword|token|access_token|secret|api_key)=)[^&\s]+")
+#: what stands for a password that was taken out (`redacted`)
+REDACTED = "***"
+
+
+def redacted(text: str) -> str:
+    """`text` with any password or token of a URL in it replaced by `***`: what is stored or shown of a command
+    line, a target or a repository. The history is shared, and shown by `show`, the report files and the
+    dashboard a CI job publishes: a `--db postgresql://ci:secret@db/h` or a
+    `git+https://x-access-token:secret@host/fw.git@v1` put the secret in all of them."""
+    return _SECRET_QUERY.sub(rf"\1{REDACTED}", _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text))
+
+
+def redacted_json(value: Any) -> Any:
+    """`value` (JSON-like: dicts, lists, strings) with `redacted` applied to every string in it."""
+    if isinstance(value, str):
+        return redacted(value)
+    if isinstance(value, Mapping):
+        return {key: redacted_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted_json(item) for item in value]
+    return value
 
 
 def fit(text: str, limit: int) -> str:

@@ -23,7 +23,7 @@ from modelci.errors import HarnessError, UserError, described
 from modelci.execute import forked, local
 from modelci.execute.base import DISCOVERY_TIMEOUT, Executor
 from modelci.execute.local import WorkloadInfo
-from modelci.records import Result
+from modelci.records import Result, redacted
 
 if TYPE_CHECKING:
     from modelci.store import Store
@@ -158,7 +158,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         if config.artifacts_readonly:  # refused before the run starts, not after it
             steps.open_store(config)
         steps.check_artifacts(config)  # a bad URL, a folder under a file, missing credentials: before the environment
-    progress.note(f"target {target.spec}: preparing the environment")
+    progress.note(f"target {redacted(target.spec)}: preparing the environment")
     timings: dict[str, float] = {}
     try:
         with _timed(timings, "environment"), progress.step(f"preparing the environment of {target.label}"):

@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 from modelci.envs.diff import bump
 from modelci.envs.fingerprint import parse_lock
 from modelci.errors import UserError
+from modelci.records import redacted
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Consistency:
 
 def matches(spec: str, row: dict[str, Any]) -> bool:
     """Whether a stored run's target is `spec`: the same spec text, or the same `name==version` (local label aside)."""
-    if row["target_spec"] == spec:
+    if row["target_spec"] == redacted(spec):  # stored without its password
         return True
     try:
         requirement = Requirement(spec)

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from modelci.records import redacted
+
 #: bump on any change that breaks a reader; readers check it
 SCHEMA = "modelci.report/1"
 
@@ -24,7 +26,7 @@ def _clean(value: Any) -> Any:
 
 def target_section(target: Any) -> dict[str, Any]:
     """The `target` object of a report: its spec, kind, name, version, commit, wheel digest and label."""
-    return {"spec": target.spec, "kind": target.kind, "name": target.name, "version": target.version,
+    return {"spec": redacted(target.spec), "kind": target.kind, "name": target.name, "version": target.version,
             "commit": target.commit, "wheel_sha256": target.wheel_sha256, "label": target.label}
 
 

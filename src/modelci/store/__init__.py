@@ -32,7 +32,7 @@ import modelci
 from modelci import cancel
 from modelci.errors import HarnessError, UserError, nearly_full
 from modelci.targets import label as target_label, order_key
-from modelci.records import Metric, Result, clean, clean_result, clean_text
+from modelci.records import Metric, Result, clean, clean_result, clean_text, redacted, redacted_json
 from modelci.store import alarms_schema  # noqa: F401  (registers its tables with Base)
 from modelci.store import bisect_schema  # noqa: F401  (registers its table with Base)
 from modelci.store import compat_schema  # noqa: F401  (registers its tables with Base)
@@ -588,7 +588,7 @@ class Store:
         row = session.scalars(select(TargetRow).filter_by(**ident)).first()
         if row is None:
             session.execute(self.insert_ignoring_duplicates(TargetRow).values(
-                spec=target.spec, commit_date=target.commit_date or "", subject=target.subject or "",
+                spec=redacted(target.spec), commit_date=target.commit_date or "", subject=target.subject or "",
                 created_at=utcnow(), **ident))
             row = session.scalars(select(TargetRow).filter_by(**ident)).one()
         return row
@@ -722,7 +722,7 @@ class Store:
         culprit = (result.get("culprit") or {}).get("item", "")
         row = BisectRow(runner=runner, workload=result["workload"], check=result["check"],
                         direction=result.get("direction", "regression"), status=result["status"], culprit=culprit,
-                        result=clean(result), command=clean_text(command))
+                        result=clean(redacted_json(result)), command=clean_text(redacted(command)))
         with self.write() as session:
             session.add(row)
             session.flush()

@@ -21,6 +21,7 @@ from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, Text, selec
 from sqlalchemy.orm import Mapped, mapped_column
 
 from modelci.errors import UserError
+from modelci.records import redacted_json
 from modelci.store.schema import Base, String, utcnow
 
 #: version of the manifest files written now; a reader refuses any but these (MANIFEST_KEYS)
@@ -177,7 +178,7 @@ def seal(manifest: dict[str, Any]) -> dict[str, Any]:
 def write_manifest(artifacts: Any, manifest: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """Write a manifest under its key unless that key is stored already; returns it sealed, and whether it was new."""
     artifacts.check_writable()
-    manifest = seal(manifest)
+    manifest = seal(redacted_json(manifest))  # kept with the artifacts, and shown: no password of a spec
     folder = f"{artifacts.base}/{INDEX}"
     path = f"{folder}/{manifest['key']}.json"
     if artifacts.fs.exists(path):
