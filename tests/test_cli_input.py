@@ -464,3 +464,14 @@ def test_a_secret_in_a_url_of_the_command_line_is_redacted_before_it_is_stored(a
     from modelci.records import redacted
 
     assert redacted(arg) == kept
+
+
+@pytest.mark.parametrize("spec", ["fw @ https://ci:s3cret@host/fw-1.0-py3-none-any.whl ; python_version > '3'",
+                                  "git+https://ci:s3cret@host/fw.git@v1#bogus=1"])
+def test_a_refused_target_is_named_without_its_password(spec, tmp_path):
+    from modelci import targets
+    from modelci.errors import UserError
+
+    with pytest.raises(UserError) as refused:
+        targets.resolve(spec, cache_dir=tmp_path)
+    assert "s3cret" not in str(refused.value) and "ci:***@host" in str(refused.value), refused.value

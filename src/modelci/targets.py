@@ -19,6 +19,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from modelci.errors import UserError
+from modelci.records import redacted
 
 
 @dataclass
@@ -108,8 +109,8 @@ def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:
     target = _resolve(spec, cache_dir)
     for what, value, most in (("name", target.name, NAME_MAX), ("version", target.version or "", VERSION_MAX)):
         if len(value) > most:
-            raise UserError(f"target {spec[:60]!r}...: its {what} is {len(value)} characters long; the history "
-                            f"holds at most {most}")
+            raise UserError(f"target {redacted(spec)[:60]!r}...: its {what} is {len(value)} characters long; the "
+                            f"history holds at most {most}")
     return target
 
 
@@ -135,8 +136,8 @@ def _resolve(spec: str, cache_dir: str | Path | None) -> Target:
     if requirement.marker is not None:
         # a marker that excludes this machine would build an environment without the target and record the
         # run as that target's; one that includes it says nothing a run needs
-        raise UserError(f"target {spec!r} has an environment marker ({requirement.marker}); a target is one build "
-                        "to install here: drop the '; ...' part")
+        raise UserError(f"target {redacted(spec)!r} has an environment marker ({requirement.marker}); a target is one "
+                        "build to install here: drop the '; ...' part")
     version = None
     pins = [s for s in requirement.specifier if s.operator in ("==", "===") and "*" not in s.version]
     if len(pins) == 1:
@@ -161,11 +162,11 @@ def _wheel_target(text: str) -> Target:
         raw = url2pathname(urlparse(raw).path)
     path = Path(raw).expanduser().resolve()
     if not path.is_file():
-        raise UserError(f"target {text!r}: no such wheel file; give the path of a built .whl")
+        raise UserError(f"target {redacted(text)!r}: no such wheel file; give the path of a built .whl")
     try:
         name, version, _, _ = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
-        raise UserError(f"target {text!r}: {exc}") from None
+        raise UserError(f"target {redacted(text)!r}: {redacted(str(exc))}") from None
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return Target(spec=text, kind="wheel", name=canonicalize_name(name), requirements=[str(path)],
                   version=str(version), wheel_sha256=digest)
@@ -190,7 +191,7 @@ def parse_git_spec(text: str) -> tuple[str, str, dict[str, str]]:
     options = dict(parse_qsl(fragment, keep_blank_values=True))
     unknown = sorted(set(options) - {"build", "subdirectory", "egg"})
     if unknown:
-        raise UserError(f"target {text!r}: unknown option(s) {', '.join(unknown)} after '#'; "
+        raise UserError(f"target {redacted(text)!r}: unknown option(s) {', '.join(unknown)} after '#'; "
                         "known: build=wheel|pythonpath|CMD, subdirectory=FOLDER")
     # the ref follows the last "@" of the path, so ssh://git@host/repo.git@v1 keeps its user
     scheme_end = body.find("://")
@@ -199,7 +200,7 @@ def parse_git_spec(text: str) -> tuple[str, str, dict[str, str]]:
     if "@" in body[max(path_start, 0):]:
         url, _, ref = body.rpartition("@")
     if not url or not ref:
-        raise UserError(f"target {text!r}: expected git+URL@REF (a path, file://, https:// or ssh:// URL)")
+        raise UserError(f"target {redacted(text)!r}: expected git+URL@REF (a path, file://, https:// or ssh:// URL)")
     return url, ref, options
 
 

@@ -12,6 +12,7 @@ from modelci.envs.build import EnvSpec, Environment, ensure, installed_version
 from modelci.envs.lockfile import Lock
 from modelci.envs.pipconfig import IndexConfig
 from modelci.errors import UserError
+from modelci.records import redacted
 
 
 def locked_target(lock: Lock) -> str:
@@ -37,7 +38,8 @@ def ensure_locked(lock: Lock, target: Any, python: str, index: IndexConfig, cach
     if version is None and on_path:
         return env
     if version is None:
-        raise UserError(f"target {target.spec}: {where} holds no {target.name}; lock an environment of this target")
+        raise UserError(f"target {redacted(target.spec)}: {where} holds no {target.name}; lock an environment of this "
+                        "target")
     wanted = target.version
     if target.kind == "requirement":
         try:
@@ -45,8 +47,10 @@ def ensure_locked(lock: Lock, target: Any, python: str, index: IndexConfig, cach
         except InvalidRequirement:
             specifier = None
         if specifier is not None and not specifier.contains(version, prereleases=True):
-            raise UserError(f"target {target.spec}: {where} pins {target.name}=={version}, which the target excludes")
+            raise UserError(f"target {redacted(target.spec)}: {where} pins {target.name}=={version}, which the target "
+                            "excludes")
     elif wanted and wanted != version:
-        raise UserError(f"target {target.spec} is {target.name} {wanted}, but {where} pins {target.name}=={version}")
+        raise UserError(f"target {redacted(target.spec)} is {target.name} {wanted}, but {where} pins "
+                        f"{target.name}=={version}")
     target.version = version
     return env
