@@ -14,9 +14,12 @@ SCHEMA = "modelci.report/1"
 
 
 def _clean(value: Any) -> Any:
-    """JSON has no NaN or infinity: write them as strings so the file stays standard."""
+    """JSON has no NaN or infinity: write them as strings so the file stays standard. No URL's password goes into
+    a report (records.redacted): a compat check's consumer, a bisect's candidates, a target name their repository."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, str):
+        return redacted(value)
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -26,7 +29,7 @@ def _clean(value: Any) -> Any:
 
 def target_section(target: Any) -> dict[str, Any]:
     """The `target` object of a report: its spec, kind, name, version, commit, wheel digest and label."""
-    return {"spec": redacted(target.spec), "kind": target.kind, "name": target.name, "version": target.version,
+    return {"spec": target.spec, "kind": target.kind, "name": target.name, "version": target.version,
             "commit": target.commit, "wheel_sha256": target.wheel_sha256, "label": target.label}
 
 
