@@ -196,16 +196,55 @@ def test_a_history_from_before_revisions_is_adopted_and_upgraded(history_db, tmp
     legacy_history(history_db)
     inspected = Store(history_db, str(tmp_path / "a"), schema="inspect")
     assert inspected.schema.revision is None and inspected.schema.has_history
-    assert inspected.schema.pending == ("0001", "0002", "0003", "0004", "0005")
+    assert inspected.schema.pending == ("0001", "0002", "0003", "0004", "0005", "0006")
     assert "ix_runs_runner_started" not in index_names(inspected, "runs")
     inspected.engine.dispose()
 
     store = Store(history_db, str(tmp_path / "a"))  # a writer upgrades it by itself: both revisions only add
-    assert store.schema.revision == store.schema.head == "0005" and store.schema.current
+    assert store.schema.revision == store.schema.head == "0006" and store.schema.current
     assert "ix_runs_runner_started" in index_names(store, "runs")
     assert {"alarms", "alarm_events", "run_links", "run_journals", "history_identity"} <= set(inspect(store.engine).get_table_names())
     with store.engine.connect() as connection:
         assert connection.execute(text("SELECT version FROM schema_info")).all() == [(1,)]
+
+
+def test_a_history_upgraded_from_0005_has_the_passwords_it_held_taken_out(history_db, tmp_path):
+    """Runs, targets and bisects stored before the redaction hold passwords as given; revision 0006 redacts
+    them, on SQLite and on PostgreSQL, and leaves every other text as it was."""
+    store = Store(history_db, str(tmp_path / "a"))
+    secret_db, secret_repo = "postgresql://ci:pg-s3cret@db/h", "git+https://ci:gh-s3cret@git.example/fw.git@v1"
+    from sqlalchemy import insert
+
+    from modelci.store.bisect_schema import BisectRow
+    from modelci.store.schema import EnvironmentRow, RunRow, TargetRow
+
+    with store.engine.begin() as connection:
+        connection.execute(insert(TargetRow.__table__), [
+            dict(spec=secret_repo, kind="git", name="fw", version="", commit="abc", wheel_sha256=""),
+            dict(spec="numpy==2.0", kind="requirement", name="numpy", version="2.0", commit="", wheel_sha256="")])
+        connection.execute(insert(EnvironmentRow.__table__).values(id="e", python="py", isolated=True, lock="",
+                                                                    fingerprint={}))
+        connection.execute(insert(RunRow.__table__), [
+            dict(target_id=1, environment_id="e", runner="cpu", status="complete", suites=[], selection="",
+                 command=f"modelci --db {secret_db} run --target {secret_repo}", modelci_version="0"),
+            dict(target_id=2, environment_id="e", runner="cpu", status="complete", suites=[], selection="",
+                 command="modelci run --target numpy==2.0 --db history.db", modelci_version="0")])
+        connection.execute(insert(BisectRow.__table__).values(
+            runner="cpu", workload="s/w", check="timing", direction="regression", status="found", culprit="v1",
+            result={"candidates": [{"spec": secret_repo, "loss": 1.5}]},
+            command=f"modelci bisect --repo {secret_repo[4:-3]}"))
+        connection.execute(text("UPDATE alembic_version SET version_num = '0005'"))
+    store.engine.dispose()
+    upgraded = Store(history_db, str(tmp_path / "a"))
+    assert upgraded.schema.revision == "0006"
+    with upgraded.engine.connect() as connection:
+        texts = [str(value) for row in connection.execute(text(
+            "SELECT r.command, t.spec FROM runs r JOIN targets t ON t.id = r.target_id ORDER BY r.id")) for value in row]
+        texts += [str(value) for row in connection.execute(text("SELECT result, command FROM bisects")) for value in row]
+    assert not any("s3cret" in value for value in texts), texts
+    assert texts[0] == "modelci --db postgresql://ci:***@db/h run --target git+https://ci:***@git.example/fw.git@v1"
+    assert texts[2:4] == ["modelci run --target numpy==2.0 --db history.db", "numpy==2.0"]
+    assert "'loss': 1.5" in texts[4] or '"loss": 1.5' in texts[4]
 
 
 def test_the_revisions_make_exactly_the_schema_of_the_code(history_db, tmp_path):
@@ -232,12 +271,12 @@ def test_a_history_upgraded_by_a_newer_modelci_is_refused_with_what_to_do(histor
     code, out = cli(tmp_path, history_db)
     assert code == 2 and "schema revision 9999, which a newer modelci made" in out and "pip install -U modelci" in out
     code, out = cli(tmp_path, history_db, "db", "current")
-    assert code == 0 and "revision 9999, newer than this modelci's 0005" in out
+    assert code == 0 and "revision 9999, newer than this modelci's 0006" in out
 
 
 @pytest.mark.parametrize("damage, says", [
     ("INSERT INTO alembic_version (version_num) VALUES ('0003')",
-     "its schema table alembic_version holds 2 revisions (0003, 0005), where it holds the one revision"),
+     "its schema table alembic_version holds 2 revisions (0003, 0006), where it holds the one revision"),
     ("UPDATE alembic_version SET version_num = 'zzz; drop'",
      "is at schema revision 'zzz; drop', which no modelci made (its revisions are four digits"),
 ])
@@ -303,11 +342,11 @@ def test_db_current_and_upgrade_through_the_cli(tmp_path):
     db = str(tmp_path / "history.db")
     legacy_history(db)
     code, out = cli(tmp_path, db, "db", "current")
-    assert code == 0 and "pending: 0001, 0002, 0003, 0004, 0005" in out
+    assert code == 0 and "pending: 0001, 0002, 0003, 0004, 0005, 0006" in out
     code, out = cli(tmp_path, db, "db", "upgrade")
-    assert code == 0 and "revision 0005 (this modelci's head): up to date" in out
+    assert code == 0 and "revision 0006 (this modelci's head): up to date" in out
     with sqlite3.connect(db) as connection:
-        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0005",)]
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [("0006",)]
 
 
 # -- serve notices every change ------------------------------------------------------------------------------
@@ -471,6 +510,8 @@ def test_a_runner_frozen_while_it_holds_the_write_lock_holds_the_others_up_only_
     """A runner that stops dead in a transaction holding a lock (the alarm step's write lock) kept every other
     runner's command waiting for ever: its server sees an idle session, not a dead one. The server now ends such a
     session once it has sat idle for LOCK_IDLE_S, and the others go on."""
+    import time
+
     suite = tmp_path / "tiny"
     suite.mkdir()
     (suite / "models.py").write_text(SUITE)
@@ -479,7 +520,11 @@ def test_a_runner_frozen_while_it_holds_the_write_lock_holds_the_others_up_only_
                               stdout=subprocess.PIPE, text=True)
     try:
         assert frozen.stdout.readline().strip() == "held"
-        assert Path(f"/proc/{frozen.pid}/stat").read_text().split(")")[1].split()[0] == "T"  # stopped, lock held
+        state = lambda: Path(f"/proc/{frozen.pid}/stat").read_text().split(")")[1].split()[0]  # noqa: E731
+        deadline = time.monotonic() + 30
+        while state() != "T" and time.monotonic() < deadline:  # it stops itself just after it says so
+            time.sleep(0.05)
+        assert state() == "T"  # stopped, the lock held
         code, out, err = finish(modelci(tmp_path, url, "run", "--target", "current", "--suite", str(suite), "-k",
                                         "Fine"), timeout=120)
         assert code == 0, out + err
