@@ -345,3 +345,13 @@ def test_a_bisect_is_stored_without_the_password_of_its_repository(tmp_path):
         [(stored, command)] = db.execute("SELECT result, command FROM bisects").fetchall()
     assert "s3cret" not in stored + command
     assert "git+https://ci:***@git.example/fw.git@abc123" in stored and "https://ci:***@git.example" in command
+
+
+def test_a_run_stored_through_the_api_keeps_no_password_of_its_command_line(tmp_path):
+    """`Store.ingest` is the door of every run, the CLI's and a script's: the command line loses its passwords
+    there, not only where the CLI builds it."""
+    store = Store(str(tmp_path / "h.db"), str(tmp_path / "artifacts"))
+    store.ingest(target=targets.resolve("fw==1.0"), environment=environment(), runner="cpu", results=[],
+                 command="python ci.py --db postgresql://ci:s3cret@db/h")
+    with sqlite3.connect(tmp_path / "h.db") as db:
+        assert db.execute("SELECT command FROM runs").fetchall() == [("python ci.py --db postgresql://ci:***@db/h",)]

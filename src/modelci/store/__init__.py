@@ -485,7 +485,9 @@ class Store:
         # any string is stored: what a workload or the command line holds is made storable here, the one door
         for result in results:
             clean_result(result)
-        suites, selection, command = [clean_text(s) for s in suites or []], clean_text(selection), clean_text(command)
+        # a command line given through the API, not the CLI, loses its passwords here too (records.redacted)
+        suites, selection = [clean_text(s) for s in suites or []], clean_text(selection)
+        command = clean_text(redacted(command))
         # blobs first: content-addressed, so a blob without a row is harmless, a row without a blob is not
         digests = [{name: self.artifacts.put_array(array) for name, array in r.outputs.items()} for r in results]
         journal = journal or uuid.uuid4().hex
