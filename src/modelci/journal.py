@@ -26,6 +26,7 @@ kept and named, not read (its pickles may not load).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -39,7 +40,8 @@ from typing import Any
 import modelci
 from modelci import locks
 from modelci.errors import described
-from modelci.records import Result
+from modelci.records import Result, redacted
+from modelci.targets import Target
 
 #: the folder of the journals, under cache_dir
 FOLDER = "journals"
@@ -67,6 +69,12 @@ class Journal:
         starting.mkdir(parents=True)
         self._owner = locks.hold_new(starting / OWNER_LOCK)  # held for the run's life
         self._count = 0
+        if isinstance(run.get("target"), Target):
+            # a journal may outlive its run in the cache (an artifact a CI job uploads): no token of the target's
+            # URL goes into it; the history stores the spec redacted anyway, and needs nothing else of it
+            target = run["target"]
+            run = dict(run, target=dataclasses.replace(target, spec=redacted(target.spec),
+                                                        repo=redacted(target.repo) if target.repo else target.repo))
         _write(starting / "run.pickle", pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
         meta = {"history": history, "modelci_version": modelci.__version__, "pid": os.getpid(),
                 "host": os.uname().nodename, "runner": run.get("runner", ""), "command": run.get("command", "")}

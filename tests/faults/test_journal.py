@@ -273,3 +273,21 @@ def test_a_run_out_of_memory_says_so_in_one_line_and_its_results_wait_in_its_jou
     done = project.run()
     assert "stored run 1 (1 result(s), marked interrupted) from an earlier run that was not stored" in done.stderr
     assert not list((cache / "journals").iterdir())
+
+
+def test_a_journal_keeps_no_token_of_its_targets_url(tmp_path):
+    """A journal may outlive its run in the cache folder, which CI jobs keep and upload: the target it holds has
+    no password in its spec or repository."""
+    from types import SimpleNamespace
+
+    from modelci import journal
+    from modelci.targets import Target
+
+    url = "https://ci:s3cret@git.example/fw.git"
+    target = Target(spec=f"git+{url}@v1", kind="git", name="fw", commit="a" * 40, repo=url)
+    kept = journal.start(tmp_path, SimpleNamespace(identity="h" * 32), {"target": target, "command": "run"}, print)
+    assert kept is not None
+    written = b"".join(path.read_bytes() for path in kept.folder.iterdir() if path.is_file())
+    assert b"s3cret" not in written and b"ci:***@git.example" in written
+    assert target.spec == f"git+{url}@v1"  # the run itself still has it, for git
+    kept.close()
