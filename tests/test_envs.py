@@ -428,3 +428,18 @@ def test_prefetched_pip_config_is_the_one_read_later(monkeypatch, tmp_path):
     assert "file:///prefetched/simple" in prefetched.extra_index_urls
     pipconfig._PIP_CONFIG_CACHE.clear()
     assert IndexConfig.from_pip() == prefetched
+
+
+def test_an_index_token_is_not_part_of_the_environment_id_nor_of_its_spec():
+    """The spec JSON names the environment and is kept in its folder: a token in an index URL made every renewal
+    of the token a new environment, built again, and was written into the cache. uv still gets the URL."""
+    from modelci.envs.build import EnvSpec
+    from modelci.envs.pipconfig import IndexConfig
+
+    def spec(token: str) -> EnvSpec:
+        return EnvSpec(["fw==1.0"], index=IndexConfig(index_url=f"https://ci:{token}@pypi.example/simple",
+                                                      extra_index_urls=[f"https://pkgs.example/simple?token={token}"]))
+
+    assert spec("tok-1").id() == spec("tok-2").id()
+    assert "tok-1" not in json.dumps(spec("tok-1").to_json())
+    assert "https://ci:tok-1@pypi.example/simple" in spec("tok-1").index.uv_args()

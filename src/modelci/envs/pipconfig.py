@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from modelci.records import redacted
+
 #: pip config sections in increasing precedence: a command's own section beats `global`, env vars beat files.
 _SECTIONS = ("global", "install", ":env:")
 _TRUE = {"1", "true", "yes", "on", "y"}
@@ -90,11 +92,13 @@ class IndexConfig:
         return args
 
     def to_json(self) -> dict:
-        """A plain dict for the environment spec JSON."""
+        """A plain dict for the environment spec JSON, which names the environment (its id) and is kept in its
+        folder: without the indexes' passwords (records.redacted), so that a renewed index token neither
+        rebuilds every environment nor is written into the cache (uv still gets it, `uv_args`)."""
         return {
-            "index_url": self.index_url,
-            "extra_index_urls": list(self.extra_index_urls),
-            "find_links": list(self.find_links),
+            "index_url": redacted(self.index_url) if self.index_url else self.index_url,
+            "extra_index_urls": [redacted(url) for url in self.extra_index_urls],
+            "find_links": [redacted(link) for link in self.find_links],
             "constraints": list(self.constraints),
             "no_index": self.no_index,
         }
