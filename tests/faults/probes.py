@@ -184,12 +184,25 @@ class Project:
             wait_for(lambda: not processes_with(self.token), GONE_WITHIN_S, "the run's processes ending")
         except AssertionError:
             left = processes_with(self.token)
+            seen = [_described(pid) for pid in left]  # before the kill: what they were, for a rare failure
             for pid in left:  # leave nothing behind for the next test either
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            raise AssertionError(f"processes of the run left alive: {left}") from None
+            raise AssertionError(f"processes of the run left alive: {'; '.join(seen)}") from None
+
+
+def _described(pid: int) -> str:
+    """A live process as a failure names it: pid, state, parent, and its command line."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state, parent = fh.read().rsplit(b")", 1)[1].split()[:2]
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            command = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} ({state.decode()}, parent {parent.decode()}): {command}"
 
 
 #: workload sources the probes combine; PROBE_DIR is the project folder (`Project.env`)
