@@ -238,9 +238,10 @@ def test_a_history_upgraded_from_0005_has_the_passwords_it_held_taken_out(histor
     upgraded = Store(history_db, str(tmp_path / "a"))
     assert upgraded.schema.revision == "0006"
     with upgraded.engine.connect() as connection:
-        texts = [str(value) for row in connection.execute(text(
-            "SELECT r.command, t.spec FROM runs r JOIN targets t ON t.id = r.target_id ORDER BY r.id")) for value in row]
-        texts += [str(value) for row in connection.execute(text("SELECT result, command FROM bisects")) for value in row]
+        runs = connection.execute(text("SELECT r.command, t.spec FROM runs r JOIN targets t ON t.id = r.target_id "
+                                       "ORDER BY r.id")).all()
+        bisects = connection.execute(text("SELECT result, command FROM bisects")).all()
+    texts = [str(value) for row in [*runs, *bisects] for value in row]
     assert not any("s3cret" in value for value in texts), texts
     assert texts[0] == "modelci --db postgresql://ci:***@db/h run --target git+https://ci:***@git.example/fw.git@v1"
     assert texts[2:4] == ["modelci run --target numpy==2.0 --db history.db", "numpy==2.0"]

@@ -505,7 +505,8 @@ class Store:
                 if lost and waited < STORE_RETRY_S and cancel.received() is None:
                     _pause(min(2.0 ** (attempt - 1), STORE_RETRY_S - waited, 8.0))
                     # the connection may have broken after the commit, before its answer came: then the run is
-                    # stored, and storing it again would make a duplicate of every point. The name it was stored under says so
+                    # stored, and storing it again would make a duplicate of every point. The name it was stored
+                    # under says so
                     stored = self._stored_from(journal, results)
                     if stored is not None:
                         return stored
