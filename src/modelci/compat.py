@@ -37,9 +37,9 @@ from modelci.checks.policy import Finding, decided
 from modelci.checks.precision import check_outputs
 from modelci.errors import UserError
 from modelci.execute import local
-from modelci.records import redacted
 from modelci.gitrepo import GitRepo
 from modelci.lineage import Lineage, sort_key, version_of
+from modelci.records import redacted
 from modelci.store import Store
 from modelci.store import compat_schema as records
 from modelci.store.artifacts import CorruptArtifact

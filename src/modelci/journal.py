@@ -74,7 +74,7 @@ class Journal:
             # URL goes into it; the history stores the spec redacted anyway, and needs nothing else of it
             target = run["target"]
             run = dict(run, target=dataclasses.replace(target, spec=redacted(target.spec),
-                                                        repo=redacted(target.repo) if target.repo else target.repo))
+                                                        repo=target.repo and redacted(target.repo)))
         _write(starting / "run.pickle", pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
         meta = {"history": history, "modelci_version": modelci.__version__, "pid": os.getpid(),
                 "host": os.uname().nodename, "runner": run.get("runner", ""), "command": run.get("command", "")}

@@ -162,6 +162,16 @@ def test_a_bad_journal_is_named_and_holds_up_no_other_and_a_cut_result_loses_onl
     assert [p.name for p in (cache / "journals").iterdir()] == [bad.name]  # kept, and named each time
 
 
+def _the_next_run_stores_the_kept_one(project, cache) -> None:
+    """After one stored run and one the history refused: the next run stores the refused one's results from its
+    journal, marked interrupted, and the journal goes."""
+    again = project.run()
+    assert again.returncode == 0 and "from an earlier run that was not stored" in again.stderr, again.stderr
+    assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == [
+        "complete", "interrupted", "complete"]
+    assert not list((cache / "journals").iterdir())
+
+
 def test_a_run_the_history_refuses_is_kept_for_the_next_run(project, tmp_path):
     """The history refused the run (here a trigger, as a full disk would): its results were only in the report
     files. The journal now stays, and the next run on the history stores them."""
@@ -177,11 +187,7 @@ def test_a_run_the_history_refuses_is_kept_for_the_next_run(project, tmp_path):
     assert "the 1 result(s) of this run are kept in" in refused.stderr, refused.stderr
     with sqlite3.connect(project.db) as db:
         db.execute("DROP TRIGGER refuse_runs")
-    again = project.run()
-    assert again.returncode == 0 and "from an earlier run that was not stored" in again.stderr, again.stderr
-    assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == [
-        "complete", "interrupted", "complete"]
-    assert not list((cache / "journals").iterdir())
+    _the_next_run_stores_the_kept_one(project, cache)
 
 
 def test_a_history_locked_by_a_stuck_process_names_the_lock_and_keeps_the_run(project):
@@ -205,11 +211,7 @@ def test_a_history_locked_by_a_stuck_process_names_the_lock_and_keeps_the_run(pr
             "stopped or hung in a transaction") in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr and "the 1 result(s) of this run are kept in" in refused.stderr
     del project.extra_env[HOOKED]
-    again = project.run()
-    assert again.returncode == 0 and "from an earlier run that was not stored" in again.stderr, again.stderr
-    assert [s for (s,) in project.stored("SELECT status FROM runs ORDER BY id")] == [
-        "complete", "interrupted", "complete"]
-    assert not list((cache / "journals").iterdir())
+    _the_next_run_stores_the_kept_one(project, cache)
 
 
 def test_a_journal_that_lost_its_lock_file_is_still_stored(project):

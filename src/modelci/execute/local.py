@@ -345,7 +345,6 @@ def child_outcome(workload: WorkloadInfo, out: Path, code: int | None, seconds: 
     return load_child_result(json.loads(result_file.read_text()), out, base)
 
 
-
 def load_child_result(data: dict[str, Any], out: Path, base: dict[str, Any]) -> Result:
     """Turn the child's result.json and .npy files into a Result."""
     metrics = {name: Metric(name=name, kind=m["kind"], unit=m.get("unit", ""), values=list(m["values"]))

@@ -134,16 +134,16 @@ class NodeAgent:
             self.suites = {name: self._suite(name, entry) for name, entry in payload["suites"].items()}
             self.folders = {name: entry.get("folder", "") for name, entry in payload["suites"].items()}
             self.env = self._environment(payload, settings, node)
-        except BaseException:
+            self.executor = forked.Executor(self.env.python, self.home, seed=settings["seed"],
+                                            threads=settings["threads"], isolation=settings["isolation"],
+                                            start_timeout=settings["start_timeout"], paths=self.env.paths,
+                                            home=self.home)
+        except BaseException:  # no agent: its folder goes now, not when the Ray worker that holds its lock ends
             self._scratch.remove()
             raise
         # the worker's parent-death signal follows the thread that starts it (workload/lifeline.py): one thread
         # that lives as long as the agent starts it, whichever of Ray's threads runs a task
         self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelci-agent")
-        self.executor = forked.Executor(self.env.python, self.home, seed=settings["seed"],
-                                        threads=settings["threads"], isolation=settings["isolation"],
-                                        start_timeout=settings["start_timeout"], paths=self.env.paths,
-                                        home=self.home)
         self.executor.launcher = lambda make: self._launcher.submit(make).result()
 
     def _suite(self, name: str, entry: dict[str, Any]) -> Path:

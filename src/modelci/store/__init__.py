@@ -90,7 +90,6 @@ STORE_RETRY_S = 60.0
 _PG_LOST = ("57P01", "57P02", "57P03")
 
 
-
 def _pause(seconds: float) -> None:
     """Sleep, but no longer than until a cancelling signal arrives: one held while the run is stored (`cancel`)
     must not wait out a retry's back-off, or a CI system's grace period may end first."""
