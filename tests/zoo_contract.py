@@ -35,7 +35,7 @@ def modules_each_forked_workload_imports(name: str, helper: Any) -> dict[str, li
         pid = os.fork()
         if pid == 0:
             before = set(sys.modules)
-            ctx = Context(seed=0, scratch=Path(tempfile.mkdtemp()))
+            ctx = Context(seed=0, scratch=Path(tempfile.mkdtemp(dir=zoo.scratch)))  # the parent removes it
             workload = cls()
             workload.setup(ctx)
             for step in range(int(cls.steps)):
@@ -80,6 +80,9 @@ class Zoo:
         self.workloads: list[type[Workload]] = [cls for path in suite_files(self.folder)
                                                 for cls in workload_classes(import_file(path, name))]
         self._trained: dict[type[Workload], tuple] = {}
+        # the shared trained instances' scratch, removed when the test process ends
+        self._scratch = tempfile.TemporaryDirectory(prefix=f"modelci-zoo-{name}-")
+        self.scratch = self._scratch.name
 
     def named(self, name: str) -> type[Workload]:
         """The workload class called `name`."""
@@ -103,7 +106,7 @@ class Zoo:
     def trained(self, cls: type[Workload]) -> tuple:
         """`train` once per workload class, shared by the tests that only read the result."""
         if cls not in self._trained:
-            self._trained[cls] = self.train(cls, Path(tempfile.mkdtemp(prefix=f"modelci-zoo-{self.name}-")))
+            self._trained[cls] = self.train(cls, Path(tempfile.mkdtemp(dir=self.scratch)))
         return self._trained[cls]
 
 
