@@ -142,7 +142,8 @@ def loads_time(root: Path, env, versions: dict) -> float:
     return float(out.stdout.strip())
 
 
-def harness_times(root: Path, cfg, env, versions: dict, workloads: list, repeat: int) -> tuple[float, float, float, int]:
+def harness_times(root: Path, cfg, env, versions: dict, workloads: list,
+                  repeat: int) -> tuple[float, float, float, int]:
     """Seconds to store the saved models and to check them all on a fresh store; the seconds of setup + load +
     infer inside that check (its own loads, timed by the child); and the entries checked."""
     cfg = dataclasses.replace(cfg, db=str(root / f"history-{repeat}.db"), artifacts=str(root / f"artifacts-{repeat}"))

@@ -493,7 +493,8 @@ def f1_score(annotated: list[int], found: list[int], margin: int = MARGIN) -> fl
     return 2 * precision * recall / (precision + recall) if hits else 0.0
 
 
-def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int], bool]) -> tuple[str, dict[str, float]]:
+def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int],
+                             bool]) -> tuple[str, dict[str, float]]:
     """detect_changes (and reporting nothing) on one real-looking series, and (``online``) detect_latest after
     each of its points."""
     kind, seed, constants, online = job

@@ -214,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| history, {name} | {row.alarms_all[0]:.2f} ({row.alarms[0]:.2f}) | "
                      f"{100 * row.found[0]:.0f}% | {against} |")
     lines += ["", "The bound (true sd and phi, no spikes to clean) at each penalty:", "",
-              f"| penalty | false alarms / 1,000 pts from point {first}, A/A | 5% steps found ≤5 pts |", "|---:|---:|---:|"]
+              f"| penalty | false alarms / 1,000 pts from point {first}, A/A | 5% steps found ≤5 pts |",
+              "|---:|---:|---:|"]
     lines += [f"| {p:g} | {a:.2f} | {100 * f:.0f}% |" for p, a, f in zip(BOUND_PENALTIES, bound.alarms, bound.found)]
     lines += ["", "The ceiling of a test that estimates the sd (see ``ceiling``): one look at 6 points finds "
               + ", ".join(f"{100 * ceiling(p):.0f}% at penalty {p:g}" for p in (10.0, 10.5, 11.0))

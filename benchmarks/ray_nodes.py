@@ -80,7 +80,8 @@ def main() -> None:
                           f"{r['step'] * 1000:6.2f} ms  max rel. loss difference to 2 nodes "
                           f"{max_rel(two['loss'], r['loss']):.2e}")
             print("loss curves (2 nodes | 2 ranks on one node):")
-            for step, (a, b) in enumerate(zip(last["DataParallelMLPTwoNodes"]["loss"], last["DataParallelMLP"]["loss"])):
+            pairs = zip(last["DataParallelMLPTwoNodes"]["loss"], last["DataParallelMLP"]["loss"])
+            for step, (a, b) in enumerate(pairs):
                 print(f"  {step:2d}  {a:.7f}  {b:.7f}")
         finally:
             cluster.stop()

@@ -188,7 +188,8 @@ def main() -> int:
         first, second = 2 * p, 2 * p + 1
         for verdict in sorted(sets[first] ^ sets[second]):
             only = first + 1 if verdict in sets[first] else second + 1
-            lines.append(f"- pair {p + 1}: {verdict} only in compare {only}; ratios (first pass / confirming passes) {ratios(runs[first]['report'], verdict)} in compare "
+            lines.append(f"- pair {p + 1}: {verdict} only in compare {only}; ratios (first pass / confirming "
+                         f"passes) {ratios(runs[first]['report'], verdict)} in compare "
                          f"{first + 1}, {ratios(runs[second]['report'], verdict)} in compare {second + 1}")
     text = "\n".join(lines)
     print(text)

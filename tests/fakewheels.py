@@ -74,7 +74,7 @@ def build_fake_wheel(
     if files is None:
         files = {f"{dist}/__init__.py": f'__version__ = "{version}"\n'}
     dist_info = f"{dist}-{version}.dist-info"
-    metadata = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     metadata += [f"Requires-Dist: {req}" for req in requires]
     contents: dict[str, bytes] = {path: text.encode() for path, text in files.items()}
     contents[f"{dist_info}/METADATA"] = ("\n".join(metadata) + "\n").encode()

@@ -362,7 +362,8 @@ def test_the_exact_partition_of_short_series_is_pelts():
     from modelci.checks import history
 
     rng = np.random.default_rng(15)
-    values = np.concatenate([np.linspace(0, 3, 40), 5 + np.zeros(30), np.linspace(5, 0, 50)]) + 0.3 * rng.standard_normal(120)
+    values = np.concatenate([np.linspace(0, 3, 40), 5 + np.zeros(30), np.linspace(5, 0, 50)])
+    values += 0.3 * rng.standard_normal(120)
     small = history._segment_trends(values, 12.0, 6.0, 3)
     history_small, history.SMALL_PARTITION = history.SMALL_PARTITION, 0
     try:

@@ -76,7 +76,8 @@ def test_no_command_adds_modelci_tables_to_another_applications_database(project
     assert tables == ["orders"]
 
 
-@pytest.mark.parametrize("argv", [["history"], ["db", "upgrade"], ["run", "--target", "current", "--suite", "zoo:numpy"]])
+@pytest.mark.parametrize("argv", [["history"], ["db", "upgrade"],
+                                  ["run", "--target", "current", "--suite", "zoo:numpy"]])
 def test_a_database_url_whose_port_is_no_number_is_named(project, capsys, argv):
     # SQLAlchemy raises a bare ValueError for it, which reached the user as a traceback
     said = usage_error(["--db", "postgresql://ci@localhost:port/modelci", *argv], capsys)
@@ -94,7 +95,8 @@ def test_a_history_path_that_is_a_folder_is_named_as_one(project, capsys):
 @pytest.mark.parametrize("argv", [["run", "--target", "current", "--suite", "zoo:numpy"],
                                   ["compare", "current", "current", "--suite", "zoo:numpy"],
                                   ["calibrate", "--target", "current", "--suite", "zoo:numpy", "--runs", "2"],
-                                  ["bisect", "--package", "numpy", "--between", "1.26.4", "2.0.0", "--suite", "zoo:numpy"]])
+                                  ["bisect", "--package", "numpy", "--between", "1.26.4", "2.0.0",
+                                   "--suite", "zoo:numpy"]])
 @pytest.mark.parametrize("cache", ["a file", "under a file"])
 def test_a_cache_folder_that_cannot_be_made_is_named(project, capsys, monkeypatch, argv, cache):
     # it was a FileExistsError or NotADirectoryError traceback from wherever the cache was first made

@@ -564,7 +564,8 @@ def test_zoo_torch_models_saved_by_torch_2_13_load_and_match_in_the_same_version
 
     outcome = compat.check(cfg, "torch==2.13.0", ["zoo:torch"], "LeNet", from_spec="==2.13.0")
     assert {(e.workload, e.format): e.outcome for e in outcome.entries} == {
-        ("torch/LeNet", "state_dict"): "ok", ("torch/LeNet", "torchscript"): "ok", ("torch/LeNet", "torch_export"): "ok"}
+        ("torch/LeNet", "state_dict"): "ok", ("torch/LeNet", "torchscript"): "ok",
+        ("torch/LeNet", "torch_export"): "ok"}
     assert {e.producer["version"] for e in outcome.entries} == {e.consumer["version"] for e in outcome.entries}
     assert all(e.numbers["inputs"]["match"] for e in outcome.entries)  # example_inputs() kept as arrays
     unsafe = {e.format: e.unsafe for e in outcome.entries}

@@ -97,7 +97,8 @@ def test_a_public_bucket_read_anonymously_and_read_only_serves_compat_and_refuse
     mp.delenv("AWS_ACCESS_KEY_ID")
     mp.delenv("AWS_SECRET_ACCESS_KEY")
     mp.setenv("MODELCI_ARTIFACTS_READONLY", "true")
-    mp.setenv("MODELCI_ARTIFACTS_OPTIONS", json.dumps({"anon": True, "client_kwargs": {"endpoint_url": s3["endpoint"]}}))
+    options = {"anon": True, "client_kwargs": {"endpoint_url": s3["endpoint"]}}
+    mp.setenv("MODELCI_ARTIFACTS_OPTIONS", json.dumps(options))
     mp.setenv("MODELCI_DB", str(tmp_path / "outsider.db"))  # someone outside: the bucket, but not the team's history
     try:
         cfg = config_module.load()

@@ -8,7 +8,6 @@ import re
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from fakerepo import FakeRepo, broken_pyproject, offline_environment, write_project, write_suite

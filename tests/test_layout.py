@@ -4,10 +4,14 @@ share live below them (`modelci.steps`), so nothing imports `workflow` back.
 The graph is read from the source with `ast`, not by importing: every `import` counts, at module level and
 inside functions alike. A function-local import defers the cost of a heavy module (SQLAlchemy, scipy); it must
 not be a way to hide a cycle, so it is an edge here too.
+
+The tree is also linted (ruff: unused imports, undefined names, lines over 120 characters).
 """
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from modelci.records import ResultInfo
@@ -173,3 +177,26 @@ def test_the_repeats_option_and_a_workloads_own_repeats_have_one_bound():
     from modelci.workload import child
 
     assert config.OPTION_BY_NAME["repeats"].maximum == child.WHOLE_NUMBER_MAX
+
+
+ROOT = PACKAGE.parent.parent
+
+
+def lint(*paths: str | Path) -> subprocess.CompletedProcess:
+    """ruff with the project's settings (pyproject.toml: pyflakes and the 120-character lines)."""
+    return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
+                           "--config", str(ROOT / "pyproject.toml"), *map(str, paths)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_the_tree_has_no_unused_import_undefined_name_or_long_line():
+    result = lint("src", "tests", "benchmarks", "examples")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_lint_finds_an_unused_import_an_undefined_name_and_a_long_line(tmp_path):
+    source = tmp_path / "sloppy.py"
+    source.write_text("import os\n\n\ndef f():\n    return missing\n\n\nLONG = '" + "x" * 120 + "'\n")
+    result = lint(source)
+    assert result.returncode == 1
+    assert {"F401", "F821", "E501"} <= set(re.findall(r"\b[EF]\d{3}\b", result.stdout)), result.stdout

@@ -123,7 +123,8 @@ def _serve_once(address: str) -> tuple[socket.socket, threading.Thread]:
     return server, thread
 
 
-CONNECT = "import socket, sys; s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); print(s.recv(5).decode())"
+CONNECT = ("import socket, sys; s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); "
+           "print(s.recv(5).decode())")
 
 
 def test_the_namespace_reaches_this_side_by_its_address_and_never_by_loopback():

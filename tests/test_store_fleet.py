@@ -203,7 +203,8 @@ def test_a_history_from_before_revisions_is_adopted_and_upgraded(history_db, tmp
     store = Store(history_db, str(tmp_path / "a"))  # a writer upgrades it by itself: both revisions only add
     assert store.schema.revision == store.schema.head == "0006" and store.schema.current
     assert "ix_runs_runner_started" in index_names(store, "runs")
-    assert {"alarms", "alarm_events", "run_links", "run_journals", "history_identity"} <= set(inspect(store.engine).get_table_names())
+    tables = set(inspect(store.engine).get_table_names())
+    assert {"alarms", "alarm_events", "run_links", "run_journals", "history_identity"} <= tables
     with store.engine.connect() as connection:
         assert connection.execute(text("SELECT version FROM schema_info")).all() == [(1,)]
 

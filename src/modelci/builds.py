@@ -139,9 +139,9 @@ def prepare(target: Any, cache_dir: Path | str, *, python: str, index: Any = Non
     if done is None:
         folder.parent.mkdir(parents=True, exist_ok=True)
         # of two processes building one commit, one builds and the other waits for it
+        shown = target.commit[:12] if target.commit else target.spec
         with locks.exclusive(folder.with_name(folder.name + ".lock"), log=log,
-                             waiting=f"waiting for the build of {target.commit[:12] if target.commit else target.spec}: "
-                                     "another process is building it"):
+                             waiting=f"waiting for the build of {shown}: another process is building it"):
             done = _load(folder) or _build(target, folder, plan, cache_dir, python, index, log, timeout)
     wheel = folder / done["wheel"]
     name, version, _, _ = parse_wheel_filename(wheel.name)

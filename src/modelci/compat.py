@@ -856,8 +856,9 @@ def raise_alarms(config: Any, store: Any, outcome: CompatOutcome) -> tuple[list[
         numbers = {"outcome": e.outcome, "producer": e.producer.get("spec", ""), "consumer": e.consumer.get("spec", ""),
                    "direction": e.direction, "reason": e.reason.splitlines()[0] if e.reason else "",
                    **({"error": e.error.splitlines()[0]} if e.error else {})}
+        if e.error:
+            message += f" - {e.error.splitlines()[0]}"
         observations.append(lifecycle.Observation(config.runner, e.workload, "compat", metric, e.gating,
-                                                  message=message + (f" - {e.error.splitlines()[0]}" if e.error else ""),
-                                                  numbers=numbers))
+                                                  message=message, numbers=numbers))
     events = lifecycle.apply(store, config, observations, target_label=outcome.target.label)
     return events, notify.deliver(config, events, store=store)

@@ -186,8 +186,10 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         new = shared is None and steps.history_is_new(config)
         with _timed(timings, "store"):
             store = shared or (None if new else steps.open_store(config))
-            from modelci import compat
-            from modelci.alarms import hooks as alarm_hooks
+            # imported here, beside the worker's import of the framework, so that the steps after the workloads
+            # do not pay for them
+            from modelci import compat  # noqa: F401
+            from modelci.alarms import hooks as alarm_hooks  # noqa: F401
             from modelci.store.schema import utcnow
             preloading = _preload_checks(config, store, alarms) if judge and store is not None else None
         with _timed(timings, "discovery"):
@@ -333,7 +335,8 @@ def _ingest(store: Store, outcome: RunOutcome, run: dict) -> int:
 
 
 def failed_build(config: Config, store: Store, target: targets.Target, error: builds.BuildError,
-                 suites: dict[str, Path], suite_specs: list[str], pattern: str | None, command: str = "", alarms: bool = True) -> RunOutcome:
+                 suites: dict[str, Path], suite_specs: list[str], pattern: str | None, command: str = "",
+                 alarms: bool = True) -> RunOutcome:
     """Store an `error` result, with the build log tail, for every selected workload of a target that did not
     build, judge them like any result, and return the workflow's RunOutcome.
 

@@ -1,6 +1,6 @@
-"""Helpers of the fault-injection suite (tests/faults): each probe runs the real `modelci` command against a tiny suite and checks what a
-careful user would: the status and exit code, that no traceback reached the user, that the database passes
-SQLite's integrity check, and that no process of the run is left alive.
+"""Helpers of the fault-injection suite (tests/faults): each probe runs the real `modelci` command against a tiny
+suite and checks what a careful user would: the status and exit code, that no traceback reached the user, that the
+database passes SQLite's integrity check, and that no process of the run is left alive.
 
 Probes run with `--target current` (the test interpreter, no environment to build), so each takes about a
 second. The processes of a run are found by a token in their environment: the worker, every workload process and

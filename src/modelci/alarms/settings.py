@@ -223,7 +223,8 @@ def _check_notify_values(settings: dict[str, Any], label: str) -> None:
         if settings[key] < 0:
             raise UserError(f"{label}: key {key!r} must not be negative, got {settings[key]!r}")
     if not 0 < settings["timeout"] < float("inf"):  # the deadline of one delivery: 0 or NaN would be none at all
-        raise UserError(f"{label}: key 'timeout' must be a number of seconds greater than 0, got {settings['timeout']!r}")
+        raise UserError(f"{label}: key 'timeout' must be a number of seconds greater than 0, "
+                        f"got {settings['timeout']!r}")
     # the run waits for its notifications: retries that wait for ever (or NaN seconds) would hold the CI job
     if not 0 <= settings["backoff"] < float("inf"):
         raise UserError(f"{label}: key 'backoff' must be a number of seconds, got {settings['backoff']!r}")

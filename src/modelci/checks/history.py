@@ -752,10 +752,12 @@ class _TrendJudge:
         magnitude = _relative(before, after)
         word = "level" if before_trend or after_trend else "mean"
         shapes = f"{'trend' if before_trend else 'flat'} → {'trend' if after_trend else 'flat'}"
+        one = ('flat, straight or smooth curve' if end - start >= min(SMOOTH_MIN_POINTS.values())
+               else 'flat or straight segment')
         rule = (
-            f"{shapes} at point {cut} fits {stat:.1f} noise variances better than one "
-            f"{'flat, straight or smooth curve' if end - start >= min(SMOOTH_MIN_POINTS.values()) else 'flat or straight segment'}"
-            f" over points {start}-{end - 1} (needs {beta:.1f}: 2 ln {len(self.x)} + {PENALTY_OFFSET:g}), p={p_value:.1g} < "
+            f"{shapes} at point {cut} fits {stat:.1f} noise variances better than one {one}"
+            f" over points {start}-{end - 1} (needs {beta:.1f}: 2 ln {len(self.x)} + {PENALTY_OFFSET:g}), "
+            f"p={p_value:.1g} < "
             f"{alpha:g}; noise sd {noise.sd:.3g} ({source}), phi {noise.phi:.2f}; a shift of {shift / noise.sd:+.1f} sd"
             if noise.sd > 0 else f"{shapes} at point {cut}: the series has no noise"
         )
@@ -892,8 +894,8 @@ def _compare(
     magnitude = _relative(before_mean, after_mean)
     p_value = mann_whitney(x[start:cut], x[cut:end], alternative)
     label = labels[cut]
-    evidence = _evidence(metric, unit, label, "level" if levels else "mean", before_mean, before_sd, after_mean, after_sd,
-                         after_mean - before_mean, noise_sd, p_value)
+    evidence = _evidence(metric, unit, label, "level" if levels else "mean", before_mean, before_sd, after_mean,
+                         after_sd, after_mean - before_mean, noise_sd, p_value)
     return ChangePoint(
         index=offset + cut,
         label=label,

@@ -102,8 +102,9 @@ def _integer(text: str, low: int, what: str, high: int | None = None) -> int:
 def add_selection(parser) -> None:
     """Options shared by the commands that run workloads: suites, -k, runner, timeout, repeats, --json."""
     parser.add_argument("--suite", action="append", default=[], help="folder of workload files or zoo:NAME; repeatable")
-    parser.add_argument("-k", dest="pattern", action=Once, help="only workloads whose id contains this text (or matches this glob); "
-                                                   "a whole id selects that workload alone")
+    parser.add_argument("-k", dest="pattern", action=Once,
+                        help="only workloads whose id contains this text (or matches this glob); "
+                             "a whole id selects that workload alone")
     parser.add_argument("--runner", help="runner label (default: the host name; env MODELCI_RUNNER)")
     parser.add_argument("--timeout", type=float, help="seconds per workload before it is killed (env MODELCI_TIMEOUT)")
     parser.add_argument("--repeats", type=int, help="timed inference repeats per workload")

@@ -267,7 +267,8 @@ class RayExecutor(base.Executor):
         files: dict[str, bytes] = reply.get("files") or {}
         if files:
             self._fetched += 1
-            folder = self.files / "from-nodes" / f"{self._fetched}-{local.scratch_prefix(result.workload.split('/')[-1])}"
+            name = local.scratch_prefix(result.workload.split('/')[-1])
+            folder = self.files / "from-nodes" / f"{self._fetched}-{name}"
             for relative, data in files.items():
                 path = folder / relative
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,8 @@ class NodeRank:
         try:
             self.agent = ray_agent.agent_for(self.payload, self.node)
         except Exception as exc:  # noqa: BLE001 - reported as the workload's error, naming this node
-            return {"node": self.node, "error": str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"}
+            error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+            return {"node": self.node, "error": error}
         return {"node": self.node, "error": ""}
 
     def rendezvous_port(self) -> int:
@@ -126,7 +127,8 @@ def run_spanning(ray: Any, payload: Any, workload: WorkloadInfo, wanted: dict[st
         return Result(status="skipped", **base,
                       reason=f"its ranks span {count} nodes (nodes = {count}), each asking for "
                              f"{describe_resources(bundle)}, and {len(fitting)} node{'s' if len(fitting) != 1 else ''} "
-                             f"of the Ray cluster can hold that: {describe_nodes([n for n in nodes if n.get('Alive')])}")
+                             "of the Ray cluster can hold that: "
+                             f"{describe_nodes([n for n in nodes if n.get('Alive')])}")
     start = time.monotonic()
     group = placement_group([dict(bundle) for _ in range(count)], strategy="STRICT_SPREAD",
                             name=f"modelci {workload.id}")

@@ -113,7 +113,8 @@ def markdown(outcome: Any) -> str:
             unsafe = any(e.unsafe for row in by_producer.values() for e in row.values())
             shown = f"{fmt} ({UNSAFE_NOTE})" if unsafe else fmt
             for producer, row in by_producer.items():
-                cells = [(f"**{row[c].outcome}**" if row[c].gating else row[c].outcome) if c in row else "" for c in names]
+                cells = [(f"**{row[c].outcome}**" if row[c].gating else row[c].outcome) if c in row else ""
+                         for c in names]
                 lines.append(f"| {_md(shown)} | {_md(producer)} | {_saved(row)} | " + " | ".join(cells) + " |")
         lines.append("")
     problems = _problems(outcome)

@@ -384,7 +384,8 @@ def workload_slugs(workloads: list[str]) -> dict[str, str]:
     for workload in sorted(workloads):
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", workload).strip("._") or "workload"
         if len(slug) > SLUG_MAX:
-            slug = f"{slug[:SLUG_MAX - 13]}-{hashlib.sha256(workload.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+            digest = hashlib.sha256(workload.encode('utf-8', 'surrogatepass')).hexdigest()[:12]
+            slug = f"{slug[:SLUG_MAX - 13]}-{digest}"
         base, n = slug, 1
         while slug.lower() in taken:  # case-insensitive file systems would merge Foo and foo
             n += 1

@@ -662,7 +662,8 @@ class Store:
     def to_result(self, row: ResultRow) -> Result:
         """A stored result as a Result whose outputs load lazily from the artifact store."""
         return Result(
-            id=row.id, run_id=row.run_id, workload=row.workload, status=row.status, reason=row.reason, traceback=row.traceback,
+            id=row.id, run_id=row.run_id, workload=row.workload, status=row.status, reason=row.reason,
+            traceback=row.traceback,
             stderr_tail=row.stderr_tail, code_hash=row.code_hash, framework=row.framework, domain=row.domain,
             duration=row.duration, info=dict(row.info or {}),
             metrics={m.name: Metric(name=m.name, kind=m.kind, unit=m.unit, values=list(m.values)) for m in row.metrics},

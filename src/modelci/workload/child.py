@@ -532,7 +532,8 @@ def module_info(names: list[str]) -> dict[str, dict[str, str]]:
     for name in names:
         module = sys.modules.get(name)
         if module is not None:
-            info[name] = {"version": str(getattr(module, "__version__", "")), "file": str(getattr(module, "__file__", ""))}
+            info[name] = {"version": str(getattr(module, "__version__", "")),
+                          "file": str(getattr(module, "__file__", ""))}
     return info
 
 
@@ -738,7 +739,8 @@ def nothing_saved(path: Path) -> str:
     near = sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name) and p != path)
     instead = f"; found {', '.join(near)} instead" if near else ""
     return (f"save({path.name!r}) returned but left {what} at the path it was given{instead}; a save must write "
-            "exactly at that path (a file or a folder), e.g. np.savez(open(path, 'wb'), ...) rather than np.savez(path)")
+            "exactly at that path (a file or a folder), e.g. np.savez(open(path, 'wb'), ...) rather than "
+            "np.savez(path)")
 
 
 def free_port() -> int:

@@ -23,7 +23,6 @@ import inspect
 import json
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 

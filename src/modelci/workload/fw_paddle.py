@@ -71,7 +71,8 @@ class PaddleHelper(PythonHelper):
     #: starts an OpenMP pool), still makes the worker spawn.
     fork_safe_threads = 1
     formats = format_table(
-        HelperFormat("paddle_state", unsafe=True, why="paddle.load unpickles whatever the file holds (paddle/framework/io.py)"),
+        HelperFormat("paddle_state", unsafe=True,
+                     why="paddle.load unpickles whatever the file holds (paddle/framework/io.py)"),
         HelperFormat("paddle_jit", unsafe=True,
                why="paddle.jit.load unpickles `model.pdiparams.info` when it reads a pre-PIR program "
                    "(paddle/jit/translated_layer.py), which a crafted folder can always ask for"),

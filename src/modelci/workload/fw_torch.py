@@ -111,8 +111,9 @@ class TorchHelper(PythonHelper):
         HelperFormat("torch_export", unsafe=True,
                why="a .pt2 archive may mark weights and constants as pickled, and torch.export.load then reads "
                    "them with torch.load(weights_only=False) or pickle.loads (torch/export/pt2_archive/_package.py)"),
-        HelperFormat("torch_pickle", unsafe=True, why="a whole pickled module: a torch before 2.6 unpickles it on a plain "
-                                               "torch.load (2.6 and later refuse it with weights_only=True)"),
+        HelperFormat("torch_pickle", unsafe=True,
+                     why="a whole pickled module: a torch before 2.6 unpickles it on a plain torch.load (2.6 and "
+                         "later refuse it with weights_only=True)"),
     )
 
     @classmethod

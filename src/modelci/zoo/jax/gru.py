@@ -51,7 +51,8 @@ class GRUForecaster(JaxWorkload):
 
     def build_model(self) -> Model:
         weights = rng(self.seed, 1)
-        params = {"input": dense(weights, 1, 3 * self.hidden), "recurrent": dense(weights, self.hidden, 3 * self.hidden),
+        params = {"input": dense(weights, 1, 3 * self.hidden),
+                  "recurrent": dense(weights, self.hidden, 3 * self.hidden),
                   "out": dense(weights, self.hidden, 1)}
         return Model(gru_apply, params)
 

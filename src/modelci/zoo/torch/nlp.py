@@ -24,7 +24,8 @@ class _AdditiveAttention(nn.Module):
         self.key = nn.Linear(hidden, hidden)
         self.score = nn.Linear(hidden, 1, bias=False)
 
-    def forward(self, state: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, state: torch.Tensor, keys: torch.Tensor,
+                memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weights = F.softmax(self.score(torch.tanh(self.query(state).unsqueeze(1) + keys)).squeeze(-1), dim=-1)
         return torch.bmm(weights.unsqueeze(1), memory).squeeze(1), weights
 
