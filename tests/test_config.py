@@ -71,3 +71,37 @@ def test_a_number_or_a_boolean_in_the_file_is_a_toml_one(tmp_path):
     cfg = config_module.load(cwd=tmp_path, environ={"MODELCI_TIMEOUT": "60", "MODELCI_ARTIFACTS_READONLY": "true",
                                                      "MODELCI_SEED": "3"})
     assert (cfg.timeout, cfg.artifacts_readonly, cfg.seed) == (60.0, True, 3)
+
+
+def test_the_config_table_hides_a_password_and_one_kept_in_the_file_is_named():
+    """`modelci config` goes into CI logs: the history URL's password is not in it. One written into the
+    committed config file is shown to be there, with where to give it instead; one from the environment is not
+    worth a note."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    # a short folder: the table is 160 characters wide in a log, and a long path in the source column would
+    # fold the value column's URL over several lines
+    scratch = tempfile.TemporaryDirectory(dir="/tmp", prefix="cfg")
+    tmp_path = Path(scratch.name)
+
+    def config(environ: dict[str, str]) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "modelci.cli", "config"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "COLUMNS": "400", **environ})
+        assert done.returncode == 0, done.stderr
+        assert "s3cret" not in done.stdout + done.stderr
+        return done
+
+    url = "postgresql://ci:s3cret@127.0.0.1:1/history"
+    done = config({"MODELCI_DB": url})
+    assert "postgresql://ci:***@127.0.0.1:1/history" in done.stdout and "note" not in done.stderr
+    (tmp_path / "modelci.toml").write_text(f'db = "{url}"\n')
+    done = config({})
+    assert "postgresql://ci:***@127.0.0.1:1/history" in done.stdout
+    assert "holds a password in 'db'" in " ".join(done.stderr.split()) and "MODELCI_DB" in done.stderr
+    (tmp_path / "modelci.toml").write_text('db = "postgresql://ci@127.0.0.1:1/history"\n')
+    assert "note" not in config({}).stderr
+    scratch.cleanup()

@@ -81,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
             note = (f"{cfg.file} configures modelci, so the [tool.modelci] table in {cfg.ignored} is ignored; keep "
                     "one of the two")
             console(stderr=True).print(f"[yellow]note:[/] {escape(note)}")
+        for key in cfg.secrets_in_file if cfg is not None else ():
+            # refusing it would stop every runner of a fleet that works today; saying it is enough to have it moved
+            variable = config_module.OPTION_BY_NAME[key].env
+            instead = f"give the value in {variable} instead" + (
+                ", or the password alone in PGPASSWORD or ~/.pgpass" if key == "db" else "")
+            note = (f"{cfg.file} holds a password in {key!r}, where whoever reads the file (and the repository it is "
+                    f"committed to) reads it; {instead} (it is never shown nor stored)")
+            console(stderr=True).print(f"[yellow]note:[/] {escape(note)}")
         code = modules[args.command].main(args, cfg)
         return cancel.exit_code() if code == EXIT_INTERRUPTED else code
     except UserError as exc:

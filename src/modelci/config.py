@@ -122,6 +122,9 @@ class Config:
     #: a pyproject.toml beside the modelci.toml in use whose [tool.modelci] table is therefore ignored (the
     #: command says so: an edit there would otherwise change nothing, silently)
     ignored: Path | None = None
+    #: the options whose value in the config file holds a password (a URL's `user:secret@`, a `password=`): the
+    #: command says where to give it instead, since the file is committed and read by whoever reads the repository
+    secrets_in_file: list[str] = field(default_factory=list)
 
     def policy_for(self, workload: str) -> Callable[[str], Any]:
         """A function metric -> Policy for one workload: the [checks] defaults, then matching overrides and
@@ -312,9 +315,12 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     checks = validate_policy(data.get("checks", {}), f"{where}: [checks]")
     overrides = validate_overrides(data.get("overrides", []), where)
     from modelci.alarms import settings as alarm_settings
+    from modelci.records import redacted
 
+    secrets = [key for key, value in values.items() if sources[key].startswith("file:") and isinstance(value, str)
+               and redacted(value) != value]
     return Config(**values, sources=sources, checks=checks, overrides=overrides, file=path, root=root,
-                  ignored=None if config_file else shadowed(path),
+                  ignored=None if config_file else shadowed(path), secrets_in_file=secrets,
                   env=validate_env(data.get("env", {}), f"{where}: [env]", root),
                   policies=alarm_settings.validate_policy_entries(data.get("policy", []), where, validate_policy),
                   allow=alarm_settings.validate_allow(data.get("allow", []), where, today or date.today()),

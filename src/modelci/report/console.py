@@ -464,12 +464,17 @@ def render_show(stored: Any, out: Console) -> None:
 def render_config(cfg: Any, out: Console) -> None:
     """Every option with its value and where the value came from."""
     from modelci.config import OPTIONS
+    from modelci.records import redacted
 
     table = Table(show_edge=False, pad_edge=False, title=f"config file: {cfg.file or 'none'}")
-    for column in ("option", "value", "source", "variable", "help"):
-        table.add_column(column)
+    # the help wraps first: a value or its source cut short ("postgresql://ci@db:5432/hi…") is what the table is
+    # for, and it folds onto a second line only when the columns cannot fit it otherwise
+    for column in ("option", "value", "source", "variable"):
+        table.add_column(column, no_wrap=True, overflow="fold")
+    table.add_column("help")
     for option in OPTIONS:
-        table.add_row(option.name, escape(str(getattr(cfg, option.name))), escape(cfg.sources[option.name]),
+        # the table goes into CI logs: a `db` or `artifacts` URL's password is not shown
+        table.add_row(option.name, escape(redacted(str(getattr(cfg, option.name)))), escape(cfg.sources[option.name]),
                       option.env, escape(option.help))
     out.print(table)
     if cfg.checks:
