@@ -40,6 +40,8 @@ def test_reproduce_sh_gives_the_same_outputs_in_the_same_environment(exported, t
     # another cache and an empty find-links folder: everything must come from the bundle
     env.update(MODELCI=f"{sys.executable} -m modelci.cli", MODELCI_CACHE_DIR=str(tmp_path / "other-cache"),
                MODELCI_FIND_LINKS=str(empty), PIP_NO_INDEX="1")
+    # a CI job's own history, exported for its runs: the reproduction is not stored there
+    env.update(MODELCI_DB=str(tmp_path / "team.db"), MODELCI_ARTIFACTS=str(tmp_path / "team-artifacts"))
     proc = subprocess.run([str(bundle.path / "reproduce.sh")], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -52,6 +54,7 @@ def test_reproduce_sh_gives_the_same_outputs_in_the_same_environment(exported, t
         db.close()
     assert environment_id == outcome.environment.id
     assert outputs == expected
+    assert not (tmp_path / "team.db").exists() and not (tmp_path / "team-artifacts").exists()
 
 
 def test_bundle_files_carry_their_schemas(exported):

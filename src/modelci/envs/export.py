@@ -135,14 +135,16 @@ def reproduce_script(run: dict[str, Any], target_arg: str, suites: list[str]) ->
 # rebuild its environment exactly from lock.txt, then rerun its workloads with modelci.
 # Needs modelci (set MODELCI to the command if it is not on PATH, e.g. MODELCI="python -m modelci.cli")
 # and a python matching lock.txt (the `python` option, or MODELCI_PYTHON). Results go to a fresh history
-# in ./reproduced unless MODELCI_DB / MODELCI_ARTIFACTS say otherwise; bundle.json lists the expected outputs.
+# in ./reproduced (MODELCI_REPRODUCE_DIR), or where MODELCI_REPRODUCE_DB / MODELCI_REPRODUCE_ARTIFACTS say;
+# bundle.json lists the expected outputs. MODELCI_DB and MODELCI_ARTIFACTS are not read: a CI job that exports
+# them for the team's history would otherwise store the reproduction there.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODELCI=${{MODELCI:-modelci}}
 WORK=${{MODELCI_REPRODUCE_DIR:-$HERE/reproduced}}
 mkdir -p "$WORK"
-export MODELCI_DB="${{MODELCI_DB:-$WORK/history.db}}"
-export MODELCI_ARTIFACTS="${{MODELCI_ARTIFACTS:-$WORK/artifacts}}"
+export MODELCI_DB="${{MODELCI_REPRODUCE_DB:-$WORK/history.db}}"
+export MODELCI_ARTIFACTS="${{MODELCI_REPRODUCE_ARTIFACTS:-$WORK/artifacts}}"
 RUNNER={shlex.quote(run['runner'])}
 export MODELCI_RUNNER="${{MODELCI_RUNNER:-$RUNNER}}"
 cd "$HERE"
