@@ -192,7 +192,7 @@ def main() -> None:
     sizes = [16, 64, 256] if args.quick else [16, 64, 256, 1024, 4096]
     out = ["Search cost (oracle, real `Search`), builds include the two ends; target in brackets:", "",
            *search_costs(sizes), "",
-           "Runs of broken commits at the midpoint of 1024, culprit at 1/4 or 3/4, worst of the two (asv #623):", "",
+           "Runs of broken commits at the midpoint of 1024, culprit at 1/4 or 3/4, worst of the two:", "",
            *clustered()]
     out += ["", f"The history's part of a probe ({runs_note()}, load average {os.getloadavg()[0]:.1f}), 12 probes "
                 "each way, alternating:", "", *store_per_probe()]

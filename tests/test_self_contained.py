@@ -13,6 +13,9 @@ OUTSIDE = [
     (re.compile(r"\b(?:DESIGN|STYLE)\.md\b"), "a design document outside the repository"),
     (re.compile(r"\.\./shared\b"), "a folder outside the repository"),
     (re.compile(r"\b[Ii]ssues? #?\d+\b"), "an issue number"),
+    # another project's tracker (`asv #623`) or an unnamed one (`tracked in #123`); not modelci's own alarm
+    # numbers (`alarm #1`) nor a merged PR in a commit subject (`pull request #42`, `PR #31`)
+    (re.compile(r"\b(?!alarm\b|request\b)[a-z][\w-]*\s#\d+\b"), "a tracker's number"),
     (re.compile(r"\bthe issue's\b"), "an issue"),
 ]
 

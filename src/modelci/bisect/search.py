@@ -7,7 +7,7 @@ weight N/2, K probes at the weights jN/(K+1); an ordered list of releases is the
 
 Untestable probes are skipped, as `git bisect skip` does. The next probe is the commit nearest the target point
 that best splits the commits still testable; inside a run of broken commits it moves 1, 2, 4, 8, ... places from
-the midpoint instead (asv #623: a failed build must not turn the bisect into a linear walk).
+the midpoint instead: a run of failed builds must not turn the bisect into a linear walk.
 
 Ancestor sets are Python ints used as bitsets, so a round over thousands of commits costs a few milliseconds.
 """
@@ -120,7 +120,7 @@ class Search:
         the range, so balancing the others is what keeps the builds at ceil(log2 N) + skips. But when that commit
         sits next to two or more skipped ones in a row, it is probably inside a run of broken commits; then the
         probe moves 1, 2, 4, 8, ... places from the midpoint `start` (the side nearer the goal first), so the run is
-        left in logarithmically many probes instead of walked through (asv #623).
+        left in logarithmically many probes instead of walked through.
         """
         usable = [i for i, sha in enumerate(ranked) if sha not in self.skipped and sha not in chosen]
         if not usable:
