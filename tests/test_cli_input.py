@@ -461,6 +461,16 @@ def test_a_path_part_too_long_for_the_file_system_is_named(project, capsys, argv
     ("https://hooks.example/x?token=abc&y=1", "https://hooks.example/x?token=***&y=1"),
     ("postgresql://ci@db/modelci", "postgresql://ci@db/modelci"),
     ("suite/a:b@c.py", "suite/a:b@c.py"),
+    # a command line as shlex.quote wrote it, redacted again where it is stored: the quote that closes the
+    # argument is not the value's, and was taken with it
+    ("modelci --db 'postgresql://ci@h:5432/hist?password=s3cret' run --target current",
+     "modelci --db 'postgresql://ci@h:5432/hist?password=***' run --target current"),
+    ("modelci --db 'postgresql://h/hist?password=***' run", "modelci --db 'postgresql://h/hist?password=***' run"),
+    ('modelci --db "postgresql://ci@h/hist?sslpassword=k3y"', 'modelci --db "postgresql://ci@h/hist?sslpassword=***"'),
+    # a quote inside the value (shlex writes it '"'"') is the value's, and redacted with it
+    ("--db 'postgresql://ci@h/hist?password=a'\"'\"'b&application_name=ci' run",
+     "--db 'postgresql://ci@h/hist?password=***&application_name=ci' run"),
+    ("--db 'postgresql://ci@h/hist?password=s3cret'\"'\"''", "--db 'postgresql://ci@h/hist?password=***'"),
 ])
 def test_a_secret_in_a_url_of_the_command_line_is_redacted_before_it_is_stored(arg, kept):
     from modelci.records import redacted

@@ -124,9 +124,14 @@ def clean_text(text: str) -> str:
     return text.replace("\x00", "\\x00")
 
 
-#: a URL's password (`scheme://user:password@`), and a query argument that holds a secret (`?password=...`)
+#: a URL's password (`scheme://user:password@`), and a query argument that holds a secret (`?password=...`).
+#: A quote that ends a word (whitespace or the end after it) ends the argument's value: it closes the quoted
+#: argument the URL is in. A command line is redacted again where it is stored (Store.ingest), and in one that
+#: shlex.quote wrote, taking that quote in with the value left the rest of the line unquoted. Any other quote is
+#: part of the value (shlex writes a quote inside an argument as '"'"'), and so is redacted with it
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]*):[^/\s@]+@")
-_SECRET_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd|sslpassword|token|access_token|secret|api_key)=)[^&\s]+")
+_SECRET_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd|sslpassword|token|access_token|secret|api_key)=)"
+                           r"""(?:[^&\s'"]|['"](?!\s|$))+""")
 #: what stands for a password that was taken out (`redacted`)
 REDACTED = "***"
 
