@@ -105,3 +105,43 @@ def test_the_config_table_hides_a_password_and_one_kept_in_the_file_is_named():
     (tmp_path / "modelci.toml").write_text('db = "postgresql://ci@127.0.0.1:1/history"\n')
     assert "note" not in config({}).stderr
     scratch.cleanup()
+
+
+CONNINFO = "host=127.0.0.1 port=5432 user=ci password=s3cret dbname=hist"
+
+
+def test_a_libpq_connection_string_is_refused_before_anything_is_made(tmp_path):
+    """`MODELCI_DB="host=... password=... dbname=..."` has no `://`, so it was taken for a SQLite file path: a
+    `run` made a new history named after the whole string, password included, in the current folder, and passed."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "models.py").write_text("import modelci\n")
+    for given in ({"MODELCI_DB": CONNINFO}, {"MODELCI_DB": "dbname=hist  password='s3 cret'"}):
+        done = subprocess.run([sys.executable, "-m", "modelci.cli", "run", "--target", "current", "--suite", "suite"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={**{k: v for k, v in os.environ.items() if not k.startswith("MODELCI_")},
+                                   "MODELCI_CACHE_DIR": str(tmp_path / "cache"), **given})
+        assert done.returncode == 2, done.stdout + done.stderr
+        said = " ".join(done.stderr.split())
+        assert "s3cret" not in said and "s3 cret" not in said and "Traceback" not in said
+        assert "is a libpq connection string" in said and "postgresql://USER@HOST:PORT/DB" in said, said
+        assert "PGPASSWORD" in said and "(from env:MODELCI_DB)" in said
+        assert {p.name for p in tmp_path.iterdir()} <= {"cache", "suite"}  # no history made of the string
+
+
+def test_a_file_name_with_an_equals_sign_is_still_a_sqlite_path(tmp_path):
+    """What tells a libpq string from a file name: only keyword=value pairs of libpq's own keywords, two or more,
+    or one without a folder in it."""
+    for value in ("host=ci1/history.db", "./dbname=hist", "runs a=b c=d.db", "history.db", "a=b c=d"):
+        cfg = config_module.load(cli={"db": value}, cwd=tmp_path, environ={})
+        assert cfg.db == str((tmp_path / value).resolve())
+    for value in (CONNINFO, "dbname=hist", "service=ci", " host=db  port = 5432 "):
+        try:
+            config_module.load(cli={"db": value}, cwd=tmp_path, environ={})
+        except config_module.UserError as exc:
+            assert "(from cli) is a libpq connection string" in str(exc)
+        else:
+            raise AssertionError(f"{value!r} was taken for a file")

@@ -12,6 +12,7 @@ import dataclasses
 import fnmatch
 import math
 import os
+import re
 import socket
 import sys
 import typing
@@ -303,6 +304,7 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
         if not values[key].strip():  # "" meant the project folder itself, " " a file named with spaces there
             raise UserError(f"{key} = {values[key]!r} (from {sources[key]}) is blank; give a path, or leave it out "
                             "for the default")
+    _refuse_conninfo(values["db"], sources["db"])
     for key in PATH_OPTIONS:
         if "://" not in values[key]:
             # a path in the file (or the default) is the project's, relative to the file's folder; one given on
@@ -326,6 +328,36 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
                   allow=alarm_settings.validate_allow(data.get("allow", []), where, today or date.today()),
                   notify=alarm_settings.validate_notify(data.get("notify", []), where),
                   alarms=alarm_settings.validate_alarm_settings(data.get("alarms", {}), where))
+
+
+#: libpq's connection keywords (PostgreSQL 15's "Parameter Key Words"): what a keyword=value connection string
+#: (`host=db port=5432 dbname=hist`) is made of
+LIBPQ_KEYWORDS = frozenset("""
+    host hostaddr port dbname user password passfile channel_binding connect_timeout client_encoding options
+    application_name fallback_application_name keepalives keepalives_idle keepalives_interval keepalives_count
+    tcp_user_timeout replication gssencmode sslmode requiressl sslcompression sslcert sslkey sslpassword sslrootcert
+    sslcrl sslcrldir sslsni requirepeer ssl_min_protocol_version ssl_max_protocol_version krbsrvname gsslib
+    service target_session_attrs
+""".split())
+#: one keyword=value pair of such a string; a value may be quoted ('a b', with \' and \\ inside)
+_CONNINFO_PAIR = r"""(\w+)\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*)"""
+_CONNINFO = re.compile(rf"\s*{_CONNINFO_PAIR}(?:\s+{_CONNINFO_PAIR})*\s*")
+
+
+def _refuse_conninfo(value: str, source: str) -> None:
+    """Refuse a libpq keyword connection string given as `db`: without `://` it was taken for a SQLite file path,
+    and a new history named after the whole string, its password included, was made in the current folder, which
+    the run then passed on. What tells it from a file name: nothing but keyword=value pairs of libpq's keywords,
+    two or more of them (separated by spaces), or one without a `/` (a file named `host=a/h.db` stays a path)."""
+    if "://" in value or not _CONNINFO.fullmatch(value):
+        return
+    keys = re.findall(_CONNINFO_PAIR, value)
+    if not set(keys) <= LIBPQ_KEYWORDS or (len(keys) == 1 and "/" in value):
+        return
+    # the keys alone: the value holds the password
+    raise UserError(f"db (from {source}) is a libpq connection string ({' '.join(f'{k}=...' for k in keys)}), "
+                    "which modelci does not read: give a URL such as postgresql://USER@HOST:PORT/DB, with the "
+                    "password in PGPASSWORD or ~/.pgpass (write ./NAME for a SQLite file of that name)")
 
 
 def coerce(option: Option, value: Any, where: str, typed: bool = False) -> Any:
