@@ -134,29 +134,29 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
             url = make_url(value)
         except (ArgumentError, ValueError) as exc:  # SQLAlchemy's ValueError is a port that is no number
             why = " (its port is not a number)" if isinstance(exc, ValueError) else ""
-            raise UserError(f"db = {value!r} is not a database URL{why}; give a SQLite file path, sqlite:///PATH or "
-                            "postgresql://USER@HOST:PORT/DATABASE") from None
+            raise UserError(f"db = {shown_db(value)!r} is not a database URL{why}; give a SQLite file path, "
+                            "sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE") from None
         if url.get_backend_name() not in ("sqlite", "postgresql", "postgres"):
             # the schema and its migrations are written and tested for these two; another server's driver was
             # looked for, and its absence reported as if installing it would help
-            raise UserError(f"db = {url.render_as_string()!r}: modelci keeps its history in SQLite (a file path or "
+            raise UserError(f"db = {shown_db(value)!r}: modelci keeps its history in SQLite (a file path or "
                             "sqlite:///PATH) or PostgreSQL (postgresql://USER@HOST:PORT/DATABASE), not "
                             f"{url.get_backend_name()}")
         if url.port is not None and not 0 < url.port < 65536:
-            raise UserError(f"db = {url.render_as_string()!r}: port {url.port} is no TCP port (1-65535)")
+            raise UserError(f"db = {shown_db(value)!r}: port {url.port} is no TCP port (1-65535)")
         if url.drivername in ("postgresql", "postgres"):
             return url.set(drivername="postgresql+psycopg").render_as_string(False)
         if url.get_backend_name() == "sqlite" and (not url.database or url.database == ":memory:"):
             # a run stored there was gone when the command ended, and a reader found an empty history
-            raise UserError(f"db = {value!r} is an in-memory database, gone when the command ends; give a SQLite "
-                            "file path or a postgresql:// URL")
+            raise UserError(f"db = {shown_db(value)!r} is an in-memory database, gone when the command ends; give a "
+                            "SQLite file path or a postgresql:// URL")
         if url.get_backend_name() != "sqlite":
             return value
         uri_only = sorted(set(url.query) - _PYSQLITE_ARGUMENTS)
         if uri_only and url.query.get("uri") != "true":
             # the driver ignored them with a warning: ?mode=ro opened the history for writing
-            raise UserError(f"db = {value!r}: SQLite takes {', '.join(uri_only)} only in a URI; write "
-                            "sqlite:///file:PATH?" + "&".join(f"{k}={url.query[k]}" for k in uri_only)
+            raise UserError(f"db = {shown_db(value)!r}: SQLite takes {', '.join(uri_only)} only in a URI; write "
+                            "sqlite:///file:PATH?" + redacted("&".join(f"{k}={url.query[k]}" for k in uri_only))
                             + "&uri=true, or leave them out")
         if not create and not url.database.startswith("file:"):
             _must_exist(Path(url.database).expanduser().resolve())
@@ -195,6 +195,16 @@ def database_url(value: str, readonly: bool = False, create: bool = True) -> str
         raise UserError(f"the history database {path} is a folder; give a file path (db in modelci.toml, "
                         "MODELCI_DB or --db)")
     return f"sqlite:///{path}"
+
+
+def shown_db(value: str) -> str:
+    """A `db` value (a URL or a path) as a message shows it: without its password, in whatever form the URL holds
+    it (`user:password@`, which SQLAlchemy hides, or a query argument such as `?password=`, which it shows)."""
+    try:
+        value = make_url(value).render_as_string(hide_password=True) if "://" in value else value
+    except (ArgumentError, ValueError):
+        pass  # no URL SQLAlchemy reads: redacted as text
+    return redacted(value)
 
 
 def sqlite_file(value: str) -> Path | None:
@@ -286,8 +296,8 @@ def make_engine(url: str) -> Engine:
                                  json_deserializer=_pg_json_loads)
         return create_engine(url)
     except NoSuchModuleError:
-        raise UserError(f"{make_url(url).drivername!r} in db = {url} is not a database modelci can use; give "
-                        "a SQLite file path or a postgresql:// URL") from None
+        raise UserError(f"{make_url(url).drivername!r} in db = {shown_db(url)} is not a database modelci can use; "
+                        "give a SQLite file path or a postgresql:// URL") from None
     except ImportError as exc:
         if make_url(url).get_backend_name() == "postgresql":
             driver = make_url(url).get_driver_name()
@@ -297,7 +307,7 @@ def make_engine(url: str) -> Engine:
                                 "install 'modelci[postgres]' installs") from None
             raise UserError(f"the PostgreSQL driver is not installed ({exc}); install it with "
                             "pip install 'modelci[postgres]'") from None
-        raise UserError(f"the database driver of {url} is not installed: {exc}") from None
+        raise UserError(f"the database driver of {shown_db(url)} is not installed: {exc}") from None
 
 
 class LazyOutputs(Mapping):
@@ -350,8 +360,8 @@ class Store:
         a database without modelci's tables, is a UserError, and nothing is created in it."""
         self.url = database_url(db, readonly, create)
         self.create = create
-        #: the URL as messages show it: without a password
-        self.shown = make_url(self.url).render_as_string(hide_password=True)
+        #: the URL as messages show it: without a password, a query argument's (`?password=`) included
+        self.shown = shown_db(self.url)
         #: opened read-only: a SQLite URL with mode=ro, which `readonly` makes of a path; then nothing is created
         #: or changed, not even the tables a newer modelci adds (readers find them absent)
         self.readonly = make_url(self.url).query.get("mode") == "ro"
@@ -961,7 +971,7 @@ class Store:
 def _first_line(error: BaseException) -> str:
     """The database's own words, and for a SQLite history that stayed locked, who holds a lock that long."""
     lines = str(error).strip().splitlines()
-    said = lines[0] if lines else type(error).__name__
+    said = redacted(lines[0]) if lines else type(error).__name__
     if said == "database is locked":  # SQLite's words once busy_timeout is spent: no writer takes that long
         said += (f" (another process kept its write lock past the {SQLITE_BUSY_TIMEOUT_MS // 1000} s a writer "
                  "waits: a process stopped or hung in a transaction, or a sqlite3 shell that began one; `fuser` on "

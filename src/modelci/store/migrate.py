@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection, Engine
 
 import modelci
 from modelci.errors import HarnessError, UserError
+from modelci.records import redacted
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -112,8 +113,8 @@ def state(connection: Connection) -> SchemaState:
             # Alembic's own error ("more than one head present") reached the user as a traceback on every command
             shown = ", ".join(sorted(map(str, rows)))
             raise HarnessError(
-                f"the history {connection.engine.url.render_as_string(hide_password=True)}: its schema table "
-                f"alembic_version holds {len(rows)} revisions ({shown}), where it holds "
+                f"the history {redacted(connection.engine.url.render_as_string(hide_password=True))}: its schema "
+                f"table alembic_version holds {len(rows)} revisions ({shown}), where it holds "
                 "the one revision its tables are at; it was changed by hand or by another tool. Keep the row of "
                 "the revision the tables are at (the highest, if an upgrade ran: DELETE FROM alembic_version "
                 "WHERE version_num <> 'THAT ONE'), or restore the database from a backup")
