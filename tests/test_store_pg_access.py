@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,14 @@ def one_line_error(done: subprocess.CompletedProcess, code: int) -> str:
     return errors[0]
 
 
+def new_role(admin, name: str, url: str) -> str:
+    """A new login role for the database of `url`, named after `name` and it: roles are the server's, shared by
+    every test's database."""
+    role = f"{name}_{url.rsplit('/', 1)[1]}"
+    admin.execute(f"CREATE ROLE {role} LOGIN")
+    return role
+
+
 @pytest.fixture
 def history(postgres_server, tmp_path):
     """A database holding one run and one open alarm (alarm 1), and a suite: (url, suite folder)."""
@@ -78,6 +87,84 @@ def history(postgres_server, tmp_path):
                              kind="regression"))
     store.engine.dispose()
     return url, suite
+
+
+def _blocked_then_cut(server, url: str, tmp_path: Path, stop, *args: str, db: str = "") -> subprocess.CompletedProcess:
+    """Run `modelci ARGS` on `db` (default `url`) while another session holds `runs` and `alarms` locked, so that
+    its query waits; once it waits, `stop(backend pid)` cuts its connection. What the command did."""
+    holder = psycopg.connect(conninfo(server.port, url))
+    holder.execute("LOCK TABLE runs, alarms IN ACCESS EXCLUSIVE MODE")
+    process = modelci(tmp_path, db or url, *args, wait=False)
+    try:
+        with psycopg.connect(conninfo(server.port, url), autocommit=True) as watcher:
+            deadline = time.monotonic() + 60
+            while True:  # the command's session, waiting on the lock
+                found = watcher.execute("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                        "AND datname = current_database()").fetchall()
+                if found or time.monotonic() > deadline:
+                    break
+                assert process.poll() is None, process.communicate()
+                time.sleep(0.1)
+            assert found, "the command never waited on the lock"
+            stop(found[0][0])
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        holder.close()
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+@pytest.mark.parametrize("argv", [["history"], ["show", "1"], ["alarms", "list"], ["report", "--out", "site"],
+                                  ["alarms", "ack", "1"]])
+def test_a_connection_lost_in_the_middle_of_a_command_is_one_line_and_exit_3(postgres_server, history, tmp_path,
+                                                                              argv):
+    """The server ends the command's session while its query runs (as a restart or a failover does): two
+    tracebacks and exit 1, which CI reads as a regression; now the database's words and what to do, exit 3."""
+    url, _ = history
+
+    def terminate(pid: int) -> None:
+        with psycopg.connect(conninfo(postgres_server.port, url), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    done = _blocked_then_cut(postgres_server, url, tmp_path, terminate, *argv)
+    said = one_line_error(done, 3)
+    assert f"error: the history database {url} failed: " in said, said
+    assert said.endswith("; run again once the server answers"), said
+
+
+def test_a_server_stopped_in_the_middle_of_a_query_is_one_line_and_exit_3(tmp_path):
+    """`pg_ctl stop -m immediate` while `history` waits on its query: the server is gone, not restarting."""
+    from pgserver import PostgresServer, pg_program
+
+    server = PostgresServer().start()
+    try:
+        url = server.database()
+        assert modelci(tmp_path, url, "-q", "db", "upgrade").returncode == 0
+        secret = url + "?password=s3cret"
+
+        def crash(_pid: int) -> None:
+            server._run(pg_program("pg_ctl"), "stop", "-w", "-m", "immediate", "-D", str(server.folder / "data"))
+
+        done = _blocked_then_cut(server, url, tmp_path, crash, "history", db=secret)
+    finally:
+        server.stop()
+    said = one_line_error(done, 3)
+    assert "?password=***" in said and "run again once the server answers" in said, said
+
+
+def test_a_privilege_refused_in_the_middle_of_a_read_is_one_line_and_exit_3(postgres_server, history, tmp_path):
+    """A role that may read the alarms but not their events (a GRANT that missed a table): the server refuses
+    the query that `alarms list` makes after the history opened. That is the database's word, and what to do."""
+    url, _ = history
+    with psycopg.connect(conninfo(postgres_server.port, url), autocommit=True) as admin:
+        partial = new_role(admin, "partial", url)
+        admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {partial}")
+        admin.execute(f"REVOKE SELECT ON alarm_events FROM {partial}")
+    done = modelci(tmp_path, url.replace("postgres@", f"{partial}@"), "alarms", "list")
+    said = one_line_error(done, 3)
+    assert "failed: permission denied for table alarm_events; grant the database role what it lacks" in said, said
 
 
 def test_a_password_in_a_query_argument_of_the_url_is_never_shown(postgres_server, history, tmp_path):

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     from modelci.report.console import console
 
     cancel.install()
+    cfg = None
     try:
         _check_utf8(argv)
         _check_no_lost_values(argv)
@@ -119,6 +120,27 @@ def main(argv: list[str] | None = None) -> int:
         # kept (every store writes in a transaction), and a run's finished results wait in its journal
         _out_of_memory(exc)
         return HarnessError.exit_code
+    except Exception as exc:  # noqa: BLE001 - the database's errors only; any other is a bug, with its traceback
+        said = _database_failure(exc, cfg)
+        if said is None:
+            raise
+        console(stderr=True).print(f"[red]error:[/] {escape(said)}")
+        return HarnessError.exit_code
+
+
+def _database_failure(exc: Exception, cfg: object) -> str | None:
+    """What to say of an error of the history database that reached the command line (a server that went away
+    mid-query, a role refused a write), or None for any other exception. Every command that reads or writes the
+    history meets these, and each showed two tracebacks and exited 1, which CI reads as a regression: it is the
+    harness that could not do its job (exit 3), as when `run` cannot store a run."""
+    errors = sys.modules.get("sqlalchemy.exc")  # not imported: no database was used, so this is not its error
+    # a DBAPIError is what the driver or the server said; SQLAlchemy's own errors (a misused session) are bugs
+    if errors is None or not isinstance(exc, errors.DBAPIError):
+        return None
+    from modelci.store import failed, shown_db
+
+    db = getattr(cfg, "db", None)
+    return failed(exc, shown_db(db) if db else "")
 
 
 def _out_of_memory(exc: MemoryError) -> None:

@@ -979,6 +979,24 @@ def _first_line(error: BaseException) -> str:
     return said
 
 
+def failed(exc: DBAPIError, shown: str) -> str:
+    """What a command says when the history fails under it after it opened (a server gone mid-query, a privilege
+    the role lacks): the database's first line, without a password, and what to do, as `run` says of a run the
+    history refused (workflow._ingest). `shown` names the history (`shown_db`)."""
+    orig = getattr(exc, "orig", None) or exc
+    state = getattr(orig, "sqlstate", None)
+    on_server = type(orig).__module__.startswith("psycopg")  # SQLite's "database is locked" is no lost server
+    if _SQLITE_FULL in str(orig) or state in _PG_FULL:
+        fix = "free space for the history (or point db elsewhere) and run again"
+    elif on_server and _connection_lost(exc):
+        fix = "run again once the server answers"
+    elif state == "42501":  # insufficient_privilege
+        fix = "grant the database role what it lacks, or give a db whose role has it, and run again"
+    else:
+        fix = "fix what the history refused and run again"
+    return f"the history database {shown + ' ' if shown else ''}failed: {_first_line(orig)}; {fix}"
+
+
 def _finding_dict(row: FindingRow) -> dict[str, Any]:
     return {"check": row.check, "metric": row.metric, "verdict": row.verdict, "gating": row.gating,
             "numbers": row.numbers, "message": row.message, "baseline_result_id": row.baseline_result_id}
