@@ -167,6 +167,55 @@ def test_a_privilege_refused_in_the_middle_of_a_read_is_one_line_and_exit_3(post
     assert "failed: permission denied for table alarm_events; grant the database role what it lacks" in said, said
 
 
+@pytest.fixture
+def reader(postgres_server, history):
+    """The history's URL with a role that may only read it (SELECT on every table)."""
+    url, _ = history
+    with psycopg.connect(conninfo(postgres_server.port, url), autocommit=True) as admin:
+        reader = new_role(admin, "reader", url)
+        admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {reader}")
+    return url.replace("postgres@", f"{reader}@")
+
+
+@pytest.mark.parametrize("argv, lacks", [
+    (["run", "--target", "current", "--suite", "suite"], "it lacks targets (INSERT), environments (INSERT)"),
+    (["calibrate", "--target", "current", "--suite", "suite", "--runs", "2"], "it lacks targets (INSERT)"),
+    (["alarms", "ack", "1"], "it lacks alarms (UPDATE), alarm_events (INSERT), sequence alarm_events_id_seq"),
+    (["alarms", "resolve", "1"], "it lacks alarms (UPDATE)"),
+])
+def test_a_role_that_may_only_read_is_refused_before_any_workload_runs(reader, history, tmp_path, argv, lacks):
+    """A SELECT-only role ran every workload of a run before the store refused it ("permission denied for table
+    runs", exit 3): now it is refused at the start, naming the role and what it lacks, as a SQLite file that
+    cannot be written is."""
+    _, suite = history
+    ran = Path(str(suite / "models.py") + ".ran")
+    ran.unlink(missing_ok=True)
+    done = modelci(tmp_path, reader, *argv)
+    said = one_line_error(done, 2)
+    role = reader.split("//")[1].split("@")[0]
+    assert f"error: the database role {role} cannot write the history {reader}: " in said, said
+    assert lacks in said and "GRANT" in said, said
+    assert not ran.exists(), "a workload ran before the refusal"
+    # what it may do, it still does
+    assert modelci(tmp_path, reader, "alarms", "list").returncode == 0
+
+
+def test_a_role_without_the_sequences_is_refused_before_any_workload_runs(postgres_server, history, tmp_path):
+    """INSERT on every table, but no USAGE on the id sequences (GRANT ... ON ALL TABLES alone): the run was
+    refused as it was stored ("permission denied for sequence ..."). Granted them, the role runs."""
+    url, _ = history
+    with psycopg.connect(conninfo(postgres_server.port, url), autocommit=True) as admin:
+        writer = new_role(admin, "writer", url)
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO {writer}")
+    writer_url = url.replace("postgres@", f"{writer}@")
+    said = one_line_error(modelci(tmp_path, writer_url, "run", "--target", "current", "--suite", "suite"), 2)
+    assert "it lacks sequence targets_id_seq (USAGE)" in said and "runs (INSERT)" not in said, said
+    with psycopg.connect(conninfo(postgres_server.port, url), autocommit=True) as admin:
+        admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {writer}")
+    done = modelci(tmp_path, writer_url, "run", "--target", "current", "--suite", "suite")
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_password_in_a_query_argument_of_the_url_is_never_shown(postgres_server, history, tmp_path):
     """`?password=` is a password as much as `user:password@`: SQLAlchemy hides only the latter."""
     url, _ = history

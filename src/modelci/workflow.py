@@ -593,13 +593,15 @@ def calibrate(config: Config, target_spec: str, suite_specs: list[str], pattern:
     """Run the selection `runs` times on one target (each a stored run) and store its noise profile
     (modelci.calibrate): a calibrate.CalibrationOutcome."""
     from modelci import calibrate as noise
-    from modelci.store import Store
+    from modelci.store import NOISE_WRITES, Store
 
     if runs < 2:
         raise UserError(f"--runs {runs}: noise needs at least 2 runs (default 5)")
     if runs > MAX_CALIBRATION_RUNS:  # 100,000,000 stored 779 runs in 170 s before it was stopped
         raise UserError(f"--runs {runs}: at most {MAX_CALIBRATION_RUNS}; 20 runs already make a history check "
                         "count the noise on a young history")
+    if not steps.history_is_new(config):  # the noise is stored after every run: a role that may not is told first
+        steps.open_store(config).check_privileges(NOISE_WRITES)
     outcomes: list[RunOutcome] = []
     try:
         for _ in range(runs):

@@ -217,7 +217,7 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
         if not (repo and good and bad):
             raise UserError("bisect needs --repo with --good and --bad, or --versions / --package with --between")
         space = _Commits(GitRepo(repo, config.cache_dir), good, bad, first_parent, build)
-    from modelci.store import Store
+    from modelci.store import BISECT_WRITES, RUN_WRITES, Store
 
     # opened once, before parallel probes could race to create the history; every probe runs on it, so none pays
     # the schema check or the compilation of the store's statements again
@@ -225,6 +225,7 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
         store = opened[0]
     else:
         store = Store.from_config(config)
+        store.check_writable(RUN_WRITES + BISECT_WRITES)  # before the first probe, not at the first store
         if opened is not None:
             opened.append(store)
     prober = _Prober(config, suite_specs, pattern, space, jobs, command, pool, store)

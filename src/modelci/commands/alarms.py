@@ -70,6 +70,11 @@ def main(args, cfg) -> int:
     store = Store.from_config(cfg, create=False)
     out = consoles.console()
     action = args.action or "list"
+    if action in ("ack", "resolve", "silence", "check"):
+        from modelci.store import ALARM_WRITES
+
+        # `check` opens alarms as well as updating them
+        store.check_privileges(ALARM_WRITES + ((("alarms", "INSERT"),) if action == "check" else ()))
     if action == "list":
         states = args.state if args.action and args.state else None
         if args.action and args.all:

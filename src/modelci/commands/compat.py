@@ -39,7 +39,7 @@ def main(args, cfg) -> int:
     from modelci.commands.run import _bisect_alarms, bisect_plan
     from modelci.report import compat_report
     from modelci.report import console as views
-    from modelci.store import Store
+    from modelci.store import COMPAT_WRITES, Store
 
     from modelci.report import files
 
@@ -47,6 +47,7 @@ def main(args, cfg) -> int:
     paths = {"--json": args.json_path, "--markdown": args.markdown_path}
     files.prepare(paths, db=cfg.db, config=cfg.file)  # before the check, not after it
     store = Store.from_config(cfg)
+    store.check_writable(COMPAT_WRITES)  # before the environments are made and the models loaded
     try:
         outcome = compat.check(cfg, args.target, args.suite or cfg.suites, args.pattern, from_spec=args.from_spec,
                                direction=args.direction, store=store,

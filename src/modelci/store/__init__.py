@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from sqlalchemy import create_engine, distinct, event, func, insert, inspect, make_url, select
+from sqlalchemy import create_engine, distinct, event, func, insert, inspect, make_url, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
@@ -70,6 +70,16 @@ NOT_REUSED = ("error", "timeout")
 #: the status of a run stored without its output arrays (the artifact store could not take them): its timings,
 #: losses and statuses are kept, but it is no baseline, no point of a series, and no result of it is reused
 INCOMPLETE = "incomplete"
+
+
+#: the (table, privilege) pairs a PostgreSQL role needs to store a run (`Store.check_privileges`), and those
+#: of the other commands that write: checked when the command opens the history, before its work
+RUN_WRITES = tuple((table, "INSERT") for table in ("targets", "environments", "runs", "run_journals", "results",
+                                                   "metrics", "artifacts", "outputs", "findings"))
+ALARM_WRITES = (("alarms", "UPDATE"), ("alarm_events", "INSERT"))
+COMPAT_WRITES = (("saved_models", "INSERT"), ("compat_results", "INSERT"))
+BISECT_WRITES = (("bisects", "INSERT"),)
+NOISE_WRITES = (("noise_profiles", "INSERT"),)
 
 
 class StoreWriteError(HarnessError):
@@ -404,12 +414,14 @@ class Store:
                 connection.execute(select(func.pg_advisory_xact_lock(WRITE_LOCK_KEY)))
             yield session
 
-    def check_writable(self) -> None:
-        """Refuse, before a run, a history it could not store in: one opened read-only, or a SQLite file that this
-        user cannot write (its mode, a read-only mount) in a folder that can be written. The file used to be found
-        read-only only at the ingest, after every workload had run, and the run was lost."""
+    def check_writable(self, writes: tuple[tuple[str, str], ...] = ()) -> None:
+        """Refuse, before a run, a history it could not store in: one opened read-only, a SQLite file that this
+        user cannot write (its mode, a read-only mount) in a folder that can be written, or a PostgreSQL role
+        without a privilege of `writes` (default RUN_WRITES: what storing a run needs; `check_privileges`). The
+        file used to be found read-only only at the ingest, after every workload had run, and the run was lost."""
         if self.readonly:
             self.refuse_write()
+        self.check_privileges(writes or RUN_WRITES)
         path = sqlite_file(self.url)
         if path is None or not path.is_file():
             return
@@ -419,6 +431,49 @@ class Store:
             raise UserError(f"cannot write the history database {path} (permission denied, or a read-only "
                             "filesystem), so a run could not store what it measures; make the file writable, or "
                             "give a db you can write. `history`, `show`, `alarms` and `report` can read it as it is")
+
+    def check_privileges(self, writes: tuple[tuple[str, str], ...]) -> None:
+        """Refuse, before a command does its work, a PostgreSQL history whose role lacks a privilege it writes with
+        (`writes`: (table, privilege) pairs, such as RUN_WRITES): a role that may only read ran every workload of
+        a run, and the run was refused only as it was stored. One query; nothing to do on SQLite, whose file
+        `check_writable` checks.
+
+        A UserError (exit 2), as for a SQLite file that cannot be written: the role is part of the `db` setting,
+        known to fall short before anything ran, and fixed by whoever configures it (a GRANT, another role), not
+        by running again as for a harness failure (exit 3). A refusal met later, one this does not foresee, is
+        exit 3 (`failed`)."""
+        if self.engine.dialect.name != "postgresql" or not writes:
+            return
+        pairs = ", ".join(f"(:table{i}, :privilege{i}, {i})" for i in range(len(writes)))
+        values = {f"{key}{i}": value for i, pair in enumerate(writes) for key, value in zip(("table", "privilege"),
+                                                                                           pair)}
+        # a serial id's sequence needs USAGE besides INSERT on its table: GRANT ... ON ALL TABLES alone leaves it
+        # out, and that refusal too came only at the end ("permission denied for sequence runs_id_seq")
+        query = text(f"""
+            SELECT current_user, w.name || ' (' || w.privilege || ')', w.n, 0
+            FROM (VALUES {pairs}) AS w(name, privilege, n)
+            WHERE to_regclass(w.name) IS NOT NULL AND NOT has_table_privilege(to_regclass(w.name), w.privilege)
+            UNION ALL
+            SELECT current_user, 'sequence ' || s.relname || ' (USAGE)', w.n, 1
+            FROM (VALUES {pairs}) AS w(name, privilege, n)
+            JOIN pg_depend d ON d.refobjid = to_regclass(w.name) AND d.classid = 'pg_class'::regclass
+                AND d.deptype = 'a'
+            JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+            -- the planner may test a row before the join's relkind: CASE keeps other objects from the test
+            WHERE w.privilege = 'INSERT'
+                AND NOT has_sequence_privilege(CASE WHEN s.relkind = 'S' THEN s.oid END, 'USAGE')
+            ORDER BY 4, 3""")
+        with self.engine.connect() as connection:
+            missing = connection.execute(query, values).all()
+        if missing:
+            named = list(dict.fromkeys(what for _, what, *_ in missing))
+            lacks = ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+            role = missing[0][0]
+            raise UserError(f"the database role {role} cannot write the history {self.shown}: it lacks {lacks}; "
+                            f"have the database's owner grant them (GRANT INSERT, UPDATE ON ALL TABLES IN SCHEMA "
+                            f"public TO {role}; GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}), or give a "
+                            "db whose role can write. `history`, `show`, `alarms list` and `report` can read it "
+                            "as it is")
 
     def refuse_write(self) -> None:
         """Raise the UserError for a write to a store opened read-only."""
