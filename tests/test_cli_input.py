@@ -229,10 +229,13 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_the_work(projec
 
 
 def test_a_lock_written_over_an_older_one_replaces_it_whole(project, capsys):
+    from modelci.envs import lockfile
+
     write_lock(project / "l.lock")
-    (project / "out.lock").write_text("older\n")
+    lockfile.write(project / "out.lock", lockfile.Lock.of("numpy==2.0.2\n", {"python": "3.11"}, environment="e0"))
     assert cli.main(["env", "lock", "-o", "out.lock", "l.lock"]) == 0
     assert "numpy==2.1.3" in (project / "out.lock").read_text()
+    assert "numpy==2.0.2" not in (project / "out.lock").read_text()
 
 
 def test_env_export_into_a_file_says_so(alarmed, capsys):

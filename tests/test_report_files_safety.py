@@ -249,6 +249,38 @@ def test_a_file_that_is_no_report_is_refused_and_kept(stored, capsys, argv, path
     assert len(list((stored / ".modelci").iterdir())) == runs  # refused before anything ran
 
 
+#: each output of `modelci env`, and how it names a file at its path that it did not write
+ENV_OUTPUTS = [
+    (["env", "lock", "latest", "-o", "{}"], "--output {}: the file there is not a lock that modelci wrote"),
+    (["env", "constraints", "--from", "latest", "-o", "{}"],
+     "--output {}: the file there is not a constraints file that modelci derived"),
+    (["env", "diff", "latest", "latest", "--json", "{}"], "--json {}: the file there is not an `env diff` JSON file"),
+    (["env", "consistency", "--target", "current", "--json", "{}"],
+     "--json {}: the file there is not an `env consistency` JSON file"),
+]
+
+
+@pytest.mark.parametrize("argv, says", ENV_OUTPUTS)
+@pytest.mark.parametrize("content", ["def main():\n    return 0\n", OLDER], ids=["a module", "a run report"])
+def test_env_outputs_refuse_a_file_they_did_not_write_and_keep_it(project, capsys, argv, says, content):
+    """`env lock latest -o tool.py` replaced a user's module by a lock without a word; a run's report is not the
+    lock's to replace either. The history does not exist here: the file is named before anything is read."""
+    (project / "tool.py").write_text(content)
+    said = usage_error([a.format("tool.py") for a in argv], capsys)
+    assert says.format("tool.py") in said
+    assert "give another path, or remove that file first if it may go" in said
+    assert (project / "tool.py").read_text() == content
+    assert not (project / ".modelci").exists()
+
+
+@pytest.mark.parametrize("argv, says", ENV_OUTPUTS)
+def test_env_outputs_replace_an_empty_file_and_their_own_earlier_output(stored, argv, says):
+    (stored / "out").write_text("")
+    for _ in range(2):
+        assert cli.main([a.format("out") for a in argv]) == 0
+    assert (stored / "out").read_text().startswith(("# modelci", "{"))
+
+
 def test_compats_own_json_report_is_taken_as_a_report(project):
     """compat's JSON has a schema of its own (modelci.compat/1): its second run refused its first one's report."""
     from modelci.report import compat_report, files

@@ -66,7 +66,7 @@ def _lock(args, cfg) -> int:
     from modelci.envs import lockfile, refs
     from modelci.report.console import console
 
-    _outputs({"--output": args.output}, cfg)
+    _outputs({"--output": args.output}, cfg, kind="LOCK")
     record = refs.resolve(args.ref, lambda: _store(cfg), cfg.cache_dir)
     lock = record.to_lock()
     if record.run:
@@ -113,7 +113,7 @@ def _constraints(args, cfg) -> int:
 
     from modelci.report import files
 
-    _outputs({"--output": args.output}, cfg, {"--from": args.source})
+    _outputs({"--output": args.output}, cfg, {"--from": args.source}, kind="CONSTRAINTS")
     record = refs.resolve(args.source, lambda: _store(cfg), cfg.cache_dir)
     lock = record.to_lock()
     text = constraints.derive(lock, args.level, args.only_direct, source=record.label)
@@ -132,7 +132,7 @@ def _diff(args, cfg) -> int:
     from modelci.envs import diff, refs
     from modelci.report.console import console, render_env_diff
 
-    _outputs({"--json": args.json_path}, cfg, {"A": args.a, "B": args.b})
+    _outputs({"--json": args.json_path}, cfg, {"A": args.a, "B": args.b}, kind="ENV_DIFF")
     store = functools.cache(lambda: _store(cfg))
     a, b = (refs.resolve(ref, store, cfg.cache_dir) for ref in (args.a, args.b))
     result = diff.diff(a.id, a.lock, a.fingerprint, b.id, b.lock, b.fingerprint)
@@ -153,7 +153,7 @@ def _consistency(args, cfg) -> int:
     from modelci.envs.consistency import consistency
     from modelci.report.console import console
 
-    _outputs({"--json": args.json_path}, cfg)
+    _outputs({"--json": args.json_path}, cfg, kind="CONSISTENCY")
     result = consistency(_store(cfg), args.target)
     out = console()
     runners = sorted(result.runners)
@@ -236,12 +236,15 @@ def _store(cfg, create: bool = False):
     return Store.from_config(cfg, create=create)
 
 
-def _outputs(paths: dict[str, str | None], cfg, inputs: dict[str, str | None] | None = None) -> None:
-    """Refuse, before any work, an output file that cannot be written (a folder, a missing folder, an empty path)
-    or that is the history database or a lock file (`inputs`) the command reads."""
+def _outputs(paths: dict[str, str | None], cfg, inputs: dict[str, str | None] | None = None, *,
+             kind: str) -> None:
+    """Refuse, before any work, an output file that cannot be written (a folder, a missing folder, an empty path),
+    that is the history database or a lock file (`inputs`) the command reads, or where a file is that is not what
+    this subcommand writes (`kind`, a `files.Output` by name: a lock, a constraints file...), which it would
+    replace."""
     from modelci.report import files
 
-    files.prepare(paths, remove=False, db=cfg.db, inputs=inputs, config=cfg.file)
+    files.prepare(paths, remove=False, db=cfg.db, inputs=inputs, config=cfg.file, kind=getattr(files, kind))
 
 
 def _writing(paths: dict[str, str | None]):

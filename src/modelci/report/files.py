@@ -2,7 +2,8 @@
 
 `prepare` runs before any workload: a path that cannot be written is a usage error that costs nothing, where it
 used to be a traceback after the run. It refuses a path that is the history database (a report written over it
-destroyed every stored run) and two options given the same file (one report silently replaced the other). It also
+destroyed every stored run), two options given the same file (one report silently replaced the other), and a
+file there that the command did not write before (`Output`: a user's module, notes, the config). It also
 removes the file a previous run left there, so that a run that ends without writing its report (the harness
 failed, or it was cancelled before anything finished) never leaves an older report in place to be read as this
 run's. `write_text` writes under a temporary name and renames, so a reader never sees half a file.
@@ -21,6 +22,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from modelci.errors import UserError
@@ -43,7 +45,8 @@ class WriteError(UserError):
 
 
 def prepare(paths: dict[str, str | None], remove: bool = True, *, db: str | None = None,
-            inputs: dict[str, str | None] | None = None, config: Path | None = None) -> None:
+            inputs: dict[str, str | None] | None = None, config: Path | None = None,
+            kind: Output | None = None) -> None:
     """Check that each output path (option name -> path, None when not asked for) can be written, and remove what
     a previous run left there; a UserError names the option, the path and the reason. Without `remove` the file
     there stays until the new one replaces it whole (an output that is not a run's report: a lock, a diff).
@@ -51,10 +54,12 @@ def prepare(paths: dict[str, str | None], remove: bool = True, *, db: str | None
     `db` is the history as configured (`cfg.db`): an output path that is its SQLite file, or one of the files
     SQLite keeps beside it, is refused; so is one that is a file the command reads (`inputs`,
     option name -> path: `run --lock l.lock --json l.lock` removed the lock before reading it), and the config
-    file (`config`, `cfg.file`), which every command reads. With `remove`, a file there that is not a modelci
-    report is refused too: `run -k typo --json modelci.toml` (or a workload's file, or a user's notes) removed it
-    and then failed, and only a report of an older run is ours to remove. Every path is checked before any file is
-    removed, so a refusal leaves every file as it was."""
+    file (`config`, `cfg.file`), which every command reads. A file there that is not what the command writes
+    (`kind`: a report by default, else a lock, a constraints file, an `env diff` JSON...) is refused too, and so
+    is one that cannot be read: `run -k typo --json modelci.toml` (or a workload's file, or a user's notes) removed
+    it and then failed, `env lock latest -o tool.py` replaced a user's module by a lock; only what the same
+    command wrote before is ours to replace, or an empty file. Every path is checked before any file is removed,
+    so a refusal leaves every file as it was."""
     given = {option: path for option, path in paths.items() if path is not None}
     for option, path in given.items():
         if not str(path):
@@ -66,8 +71,7 @@ def prepare(paths: dict[str, str | None], remove: bool = True, *, db: str | None
         if problem:
             raise UserError(f"{option} {path}: cannot write the file there, {problem}; give a path in a folder "
                             "you can write")
-        if remove:
-            _refuse_foreign(option, path)
+        _refuse_foreign(option, path, kind or REPORT)
     _refuse_shared(given)
     if not remove:
         return
@@ -232,18 +236,42 @@ def _refuse_input(option: str, path: str, inputs: dict[str, str | None]) -> None
             raise UserError(f"{option} {path} is {what}; give another path")
 
 
-#: how each report modelci writes begins (the JSON reports, compat's with a schema of its own, JUnit XML, the
-#: Markdown summaries of run, compare, alarms and compat): a file at an output path that begins otherwise is not
-#: ours to remove
-_REPORT_HEAD = re.compile(
+@dataclass(frozen=True)
+class Output:
+    """What an output option writes, as far as replacing a file at its path goes: how such a file begins (`head`,
+    matched against its first 4 kB), and how a refusal names it (`what`: "a modelci report") and the new file
+    (`noun`: "the report"). A file that begins otherwise is the user's, not ours to replace."""
+
+    head: re.Pattern[bytes]
+    what: str
+    noun: str
+
+
+def _schema(name: str) -> re.Pattern[bytes]:
+    """A JSON file modelci wrote, whose first key is its schema `modelci.NAME/VERSION` (any version: the next
+    modelci replaces an older one's file)."""
+    return re.compile(rb'\A(?:\xef\xbb\xbf)?\s*\{\s*"schema"\s*:\s*"modelci\.(?:' + name.encode() + rb')/')
+
+
+#: the reports (the JSON reports, compat's with a schema of its own, JUnit XML, the Markdown summaries of run,
+#: compare, alarms and compat): run, compare, calibrate, compat and bisect each replace any of them
+REPORT = Output(re.compile(
     rb'\A(?:\xef\xbb\xbf)?\s*(?:\{\s*"schema"\s*:\s*"modelci\.(?:report|compat)/'
     rb'|<\?xml[^>]*\?>\s*<testsuites\s+name="modelci"|<testsuites\s+name="modelci"'
-    rb'|## modelci\b|# Compatibility: )')
+    rb'|## modelci\b|# Compatibility: )'), "a modelci report", "the report")
+#: `env lock -o` (its title line, lockfile._TITLE), `env constraints -o` (its first line, constraints.derive),
+#: `env diff --json` and `env consistency --json`
+LOCK = Output(re.compile(rb"\A(?:\xef\xbb\xbf)?# modelci lock: "), "a lock that modelci wrote", "the lock")
+CONSTRAINTS = Output(re.compile(rb"\A(?:\xef\xbb\xbf)?# modelci: derived from "),
+                     "a constraints file that modelci derived", "the constraints")
+ENV_DIFF = Output(_schema("envdiff"), "an `env diff` JSON file", "the diff")
+CONSISTENCY = Output(_schema("consistency"), "an `env consistency` JSON file", "the result")
 
 
-def _refuse_foreign(option: str, path: str) -> None:
-    """Refuse an output path where a regular file is that no modelci command wrote: removing it (as a report of an
-    older run is removed) would lose it. An empty file is taken (`mktemp`, a CI's step-summary file)."""
+def _refuse_foreign(option: str, path: str, kind: Output = REPORT) -> None:
+    """Refuse an output path where a regular file is that the command did not write before (`kind`): replacing
+    it (as a report of an older run is replaced) would lose it. An empty file is taken (`mktemp`, a CI's
+    step-summary file)."""
     if _descriptor(path) is not None:
         return
     real = Path(os.path.realpath(path))
@@ -254,10 +282,10 @@ def _refuse_foreign(option: str, path: str) -> None:
             head = fh.read(4096)
     except OSError as exc:
         raise UserError(f"{option} {path}: cannot read the file there ({exc.strerror or exc}) to see whether it is "
-                        "an older report; give another path") from None
-    if not _REPORT_HEAD.match(head):
-        raise UserError(f"{option} {path}: the file there is not a modelci report, and the report would replace "
-                        "it; give another path, or remove that file first if it may go")
+                        f"{kind.what}; give another path") from None
+    if not kind.head.match(head):
+        raise UserError(f"{option} {path}: the file there is not {kind.what}, and {kind.noun} would replace it; "
+                        "give another path, or remove that file first if it may go")
 
 
 def _refuse_shared(given: dict[str, str]) -> None:
