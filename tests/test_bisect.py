@@ -448,6 +448,16 @@ def test_a_file_index_is_read_as_pip_reads_it(tmp_path):
         releases.versions("nothere", index)
 
 
+def test_between_takes_an_end_written_as_a_target_of_the_package(tmp_path):
+    wheels = tmp_path / "wheels"
+    for version in ("1.0", "1.1", "1.2"):
+        build_fake_wheel(wheels, "fakefw", version, {"fakefw/__init__.py": ""})
+    index = envs.IndexConfig(find_links=[str(wheels)], no_index=True)
+    expected = ["fakefw==1.0", "fakefw==1.1", "fakefw==1.2"]
+    assert releases.between("fakefw", "fakefw==1.0", "FakeFW==1.2", index) == expected
+    assert releases.between("fakefw", "1.0", "fakefw==1.2", index) == expected
+
+
 # --- reports and the other direction -----------------------------------------------------------------------
 
 

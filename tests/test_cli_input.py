@@ -207,6 +207,27 @@ def test_compare_refuses_a_bad_target_on_either_side_before_it_runs_the_other(pr
     assert not (project / "h.db").exists()  # nothing ran: a run would have made the history
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["bisect", "--versions", "numpy==2.1.3,torch==2.0", "--suite", "zoo:numpy", "-k", "Linear"],
+     "--versions mixes packages: numpy==2.1.3 is numpy, torch==2.0 is torch"),
+    (["bisect", "--versions", "numpy==2.0.2,numpy==2.1.3,Torch==2.0", "--suite", "zoo:numpy", "-k", "Linear"],
+     "--versions mixes packages: numpy==2.0.2 is numpy, Torch==2.0 is torch"),
+    (["bisect", "--package", "numpy", "--between", "2.0.2", "torch==2.0", "--suite", "zoo:numpy", "-k", "Linear"],
+     "--between torch==2.0: that is a release of torch, but --package is numpy"),
+])
+def test_a_bisect_over_two_packages_is_refused_before_anything_is_built(project, capsys, argv, says):
+    """A torch environment was built and run before "the bad end torch==2.0 is not bad" said what was wrong."""
+    assert says in usage_error(argv, capsys)
+    assert not (project / "cache" / "envs").exists() and not (project / ".modelci").exists()
+
+
+def test_a_bad_target_in_versions_is_named_with_an_example_of_versions(project, capsys):
+    said = usage_error(["bisect", "--versions", "numpy==2.1.3,numpy==nope", "--suite", "zoo:numpy", "-k", "Linear"],
+                       capsys)
+    assert "target 'numpy==nope' is not a requirement" in said
+    assert "for example --versions numpy==1.26.4,numpy==2.0.0" in said and "--target" not in said
+
+
 def test_calibrate_refuses_an_empty_target(project, capsys):
     assert "the target is empty" in usage_error(["calibrate", "--target", " ", "--suite", "zoo:numpy"], capsys)
 

@@ -99,14 +99,15 @@ def order_key(version: str | None, commit_date: str | None, first_run: int, targ
 NAME_MAX, VERSION_MAX = 200, 100
 
 
-def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:
-    """Parse a target spec; a bad one is a UserError that names it and says what is accepted.
+def resolve(spec: str, *, cache_dir: str | Path | None = None, example: str = "--target numpy==2.0.0") -> Target:
+    """Parse a target spec; a bad one is a UserError that names it and says what is accepted, with `example`: how
+    the option the user gave (`--target`, `bisect --versions`) takes a target.
 
     A git spec is resolved to its commit through a mirror in `cache_dir` (default ~/.cache/modelci); the build
     itself happens later, in `builds.prepare`, when the environment is made. A name or version longer than
     the history holds is refused here, before any work, not by the database after every workload ran.
     """
-    target = _resolve(spec, cache_dir)
+    target = _resolve(spec, cache_dir, example)
     for what, value, most in (("name", target.name, NAME_MAX), ("version", target.version or "", VERSION_MAX)):
         if len(value) > most:
             raise UserError(f"target {redacted(spec)[:60]!r}...: its {what} is {len(value)} characters long; the "
@@ -114,7 +115,7 @@ def resolve(spec: str, *, cache_dir: str | Path | None = None) -> Target:
     return target
 
 
-def _resolve(spec: str, cache_dir: str | Path | None) -> Target:
+def _resolve(spec: str, cache_dir: str | Path | None, example: str) -> Target:
     """`resolve` without the length check."""
     text = spec.strip()
     if not text:
@@ -131,7 +132,7 @@ def _resolve(spec: str, cache_dir: str | Path | None) -> Target:
     except InvalidRequirement as exc:
         raise UserError(
             f"target {spec!r} is not a requirement, a wheel path or 'current' ({exc}); "
-            "for example --target numpy==2.0.0"
+            f"for example {example}"
         ) from None
     if requirement.marker is not None:
         # a marker that excludes this machine would build an environment without the target and record the

@@ -474,9 +474,18 @@ class _Releases(_Space):
         self.items = [v.strip() for v in versions if v.strip()]
         if len(self.items) < 2 or len(set(self.items)) != len(self.items):
             raise UserError("--versions needs at least two distinct targets, oldest (good) first")
+        first: dict[str, str] = {}  # package -> the first entry of it
         for item in self.items:
-            if targets.resolve(item).kind != "requirement":
+            target = targets.resolve(item, example="--versions numpy==1.26.4,numpy==2.0.0")
+            if target.kind != "requirement":
                 raise UserError(f"--versions entry {item!r} is not a requirement such as numpy==1.24.4")
+            first.setdefault(target.name, item)
+        if len(first) > 1:
+            # the search orders releases of one package: with another package's target as an end, that end was
+            # built and run before "it is not bad" said what was wrong
+            (one, one_item), (other, other_item) = list(first.items())[:2]
+            raise UserError(f"--versions mixes packages: {one_item} is {one}, {other_item} is {other}; a bisect "
+                            "searches the releases of one package: give targets of one of them, oldest (good) first")
         self.good, self.bad, self.size = self.items[0], self.items[-1], len(self.items) - 1
 
     def spec(self, item: str) -> str:

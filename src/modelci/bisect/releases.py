@@ -32,8 +32,10 @@ _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 def between(name: str, first: str, last: str, index: object, python: str | None = None) -> list[str]:
     """`name==V` for every release V with first <= V <= last that the index offers, oldest first.
 
-    Pre-releases count only when an end is one. Raises UserError when an end is not offered or nothing is found.
+    Pre-releases count only when an end is one, and an end may be written `name==V`. Raises UserError when an end
+    is a release of another package, is not offered, or nothing is found.
     """
+    first, last = _end(name, first), _end(name, last)
     try:
         low, high = Version(first), Version(last)
     except InvalidVersion as exc:
@@ -49,6 +51,18 @@ def between(name: str, first: str, last: str, index: object, python: str | None 
             raise UserError(f"release {name}=={end} is not offered by the configured index (latest: {near}); "
                             "check the version or your pip index settings")
     return [f"{name}=={v}" for v in chosen]
+
+
+def _end(name: str, end: str) -> str:
+    """The version an end of `--between` names: the end itself, or V of `name==V`. An end of another package is
+    refused before the index is asked: a search orders the releases of one package."""
+    package, pinned, version = end.partition("==")
+    if not pinned or not package.strip():
+        return end
+    if canonicalize_name(package.strip()) != canonicalize_name(name):
+        raise UserError(f"--between {end}: that is a release of {package.strip()}, but --package is {name}; give "
+                        f"two releases of one package, e.g. --package {name} --between 1.23.5 1.24.4")
+    return version.strip()
 
 
 def versions(name: str, index: object, python: str | None = None) -> list[Version]:
