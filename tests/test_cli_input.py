@@ -228,6 +228,30 @@ def test_a_bad_target_in_versions_is_named_with_an_example_of_versions(project, 
     assert "for example --versions numpy==1.26.4,numpy==2.0.0" in said and "--target" not in said
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["run", "--target", "current", "--json", "a.json", "--json", "b.json"], "--json given twice; give it once"),
+    (["run", "--target", "current", "--target", "numpy==2.1.3"],
+     "--target given twice; give it once (`modelci compare A B` runs two targets)"),
+    (["run", "--target", "current", "--junit", "a.xml", "--junit", "b.xml"], "--junit given twice"),
+    (["compare", "current", "current", "--markdown", "a.md", "--markdown", "b.md"], "--markdown given twice"),
+    (["compat", "--target", "current", "--markdown", "a.md", "--markdown", "b.md"], "--markdown given twice"),
+    (["calibrate", "--target", "current", "--target", "numpy==2.1.3"], "--target given twice"),
+    (["env", "lock", "latest", "-o", "a.lock", "--output", "b.lock"],
+     "-o and --output are one option, given twice; give it once"),
+    (["env", "consistency", "--target", "current", "--target", "numpy==2.1.3"], "--target given twice"),
+    (["bisect", "--versions", "numpy==2.0.2,numpy==2.1.3", "--versions", "numpy==2.1.3,numpy==2.2.0"],
+     "--versions given twice"),
+    (["bisect", "--good", "v1", "--old", "v2", "--bad", "v3"], "--good and --old are one option, given twice"),
+    (["report", "--out", "a", "--out", "b"], "--out given twice"),
+    (["--db", "a.db", "--db", "b.db", "history"], "--db given twice"),
+])
+def test_an_option_that_takes_one_value_given_twice_is_refused(project, capsys, argv, says):
+    """argparse kept the last of two: `--json a.json --json b.json` wrote b.json alone, `--target X --target Y`
+    ran Y."""
+    assert says in usage_error(argv, capsys)
+    assert sorted(p.name for p in project.iterdir()) == []  # nothing run, nothing written
+
+
 def test_calibrate_refuses_an_empty_target(project, capsys):
     assert "the target is empty" in usage_error(["calibrate", "--target", " ", "--suite", "zoo:numpy"], capsys)
 

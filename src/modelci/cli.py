@@ -18,15 +18,16 @@ import sys
 import threading
 
 from modelci import __version__
-from modelci.commands import COMMANDS, EXIT_INTERRUPTED
+from modelci.commands import COMMANDS, EXIT_INTERRUPTED, Once
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     """The argument parser of every command, and command name -> its module."""
     parser = argparse.ArgumentParser(prog="modelci", description="Model-level CI for machine-learning frameworks.")
     parser.add_argument("--version", action="version", version=f"modelci {__version__}")
-    parser.add_argument("--config", help="config file (default: ./modelci.toml or [tool.modelci] in ./pyproject.toml)")
-    parser.add_argument("--db", help="history database: SQLite path or SQLAlchemy URL (env MODELCI_DB)")
+    parser.add_argument("--config", action=Once,
+                        help="config file (default: ./modelci.toml or [tool.modelci] in ./pyproject.toml)")
+    parser.add_argument("--db", action=Once, help="history database: SQLite path or SQLAlchemy URL (env MODELCI_DB)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     modules = {}

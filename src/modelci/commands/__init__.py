@@ -73,16 +73,34 @@ def build(text: str) -> str:
     return text
 
 
+#: the namespace attribute where `Once` keeps the destinations given so far in this parse
+_ONCE_GIVEN = "_once_given"
+
+
 class Once(argparse.Action):
-    """An option that may be given once: argparse would keep the last of two silently (`-k A -k B` ran B only)."""
+    """An option that may be given once: argparse keeps the last of two silently (`-k A -k B` ran B only,
+    `--json a.json --json b.json` wrote b.json alone, `--target X --target Y` ran Y). For the options that name
+    what a command works on or writes (a target, a ref, a file, a folder, the history); a number that tunes the
+    work (`--timeout`, `--jobs`) keeps argparse's last-one-wins, which scripts use to override a default they
+    pass. `hint` ends the message; `blank`, where set, refuses an empty value with that text.
+
+    What was given is kept on the namespace, not compared with the default: argparse sets the default there
+    before parsing, and `init --dir . --dir p` gives the default first."""
+
+    def __init__(self, option_strings: list[str], dest: str, hint: str = "", blank: str = "", **kwargs) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.hint, self.blank = hint, blank
 
     def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001 (argparse's signature)
-        if getattr(namespace, self.dest, None) is not None:
-            parser.error(f"{option_string} given twice; give it once (a glob such as '*MLP*' selects several "
-                         "workloads)")
-        if isinstance(values, str) and not values.strip():  # '' selected every workload, as no -k does
-            parser.error(f"{option_string} {values!r} is empty; give text of a workload id, or leave it out for "
-                         "every workload")
+        given = vars(namespace).setdefault(_ONCE_GIVEN, {})  # dest -> the option string it was first given as
+        if self.dest in given:
+            first = given[self.dest]
+            what = f"{option_string} given twice" if first == option_string else \
+                f"{first} and {option_string} are one option, given twice"
+            parser.error(f"{what}; give it once" + (f" ({self.hint})" if self.hint else ""))
+        given[self.dest] = option_string
+        if self.blank and isinstance(values, str) and not values.strip():
+            parser.error(f"{option_string} {values!r} is empty; {self.blank}")
         setattr(namespace, self.dest, values)
 
 
@@ -103,9 +121,12 @@ def add_selection(parser) -> None:
     """Options shared by the commands that run workloads: suites, -k, runner, timeout, repeats, --json."""
     parser.add_argument("--suite", action="append", default=[], help="folder of workload files or zoo:NAME; repeatable")
     parser.add_argument("-k", dest="pattern", action=Once,
+                        hint="a glob such as '*MLP*' selects several workloads",
+                        # '' selected every workload, as no -k does
+                        blank="give text of a workload id, or leave it out for every workload",
                         help="only workloads whose id contains this text (or matches this glob); "
                              "a whole id selects that workload alone")
-    parser.add_argument("--runner", help="runner label (default: the host name; env MODELCI_RUNNER)")
+    parser.add_argument("--runner", action=Once, help="runner label (default: the host name; env MODELCI_RUNNER)")
     parser.add_argument("--timeout", type=float, help="seconds per workload before it is killed (env MODELCI_TIMEOUT)")
     parser.add_argument("--repeats", type=int, help="timed inference repeats per workload")
-    parser.add_argument("--json", dest="json_path", metavar="FILE", help="write a versioned JSON report")
+    parser.add_argument("--json", dest="json_path", action=Once, metavar="FILE", help="write a versioned JSON report")

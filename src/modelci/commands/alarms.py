@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 
-from modelci.commands import EXIT_OK, EXIT_REGRESSION, record_id
+from modelci.commands import EXIT_OK, EXIT_REGRESSION, Once, record_id
 from modelci.errors import UserError
 
 
@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
     listing.add_argument("--all", action="store_true", help="resolved alarms too")
     listing.add_argument("--state", action="append", choices=("open", "acknowledged", "silenced", "resolved"),
                          help="only alarms in this state; repeatable")
-    listing.add_argument("--runner", help="only this runner")
+    listing.add_argument("--runner", action=Once, help="only this runner")
     show = actions.add_parser("show", help="one alarm and its events")
     show.add_argument("id", type=record_id)
     for name, text in (("ack", "acknowledge: someone is on it"), ("resolve", "close: fixed or accepted")):
@@ -26,14 +26,15 @@ def add_parser(sub) -> None:
         _people_options(action)
     silence = actions.add_parser("silence", help="mute alarms until a date; they come back after it")
     _people_options(silence)
-    silence.add_argument("--until", required=True, metavar="DATE", help="last day of the silence, e.g. 2025-07-01")
+    silence.add_argument("--until", action=Once, required=True, metavar="DATE",
+                         help="last day of the silence, e.g. 2025-07-01")
     actions.add_parser("check", help="check for runners with no recent successful run, and notify (for a scheduler)")
 
 
 def _people_options(parser) -> None:
     parser.add_argument("ids", nargs="+", type=record_id, metavar="ID", help="alarm ids (see `modelci alarms list`)")
-    parser.add_argument("--by", help="who (default: $MODELCI_USER, else the login name)")
-    parser.add_argument("--note", default="", help="why, for the alarm's record")
+    parser.add_argument("--by", action=Once, help="who (default: $MODELCI_USER, else the login name)")
+    parser.add_argument("--note", action=Once, default="", help="why, for the alarm's record")
 
 
 #: the longest name of who acted on an alarm that the history stores

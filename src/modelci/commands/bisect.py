@@ -6,7 +6,7 @@ culprit did not reproduce); 2 refused (the good end is not good, the bad end is 
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection, build, jobs
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, Once, add_selection, build, jobs
 
 VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow", "old": "dim", "new": "green"}
 
@@ -14,21 +14,24 @@ VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow", "old": "dim", 
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("bisect", help="find the commit, merged PR or release that caused a regression")
-    parser.add_argument("--repo", help="git repository (path or URL) whose history is searched")
-    parser.add_argument("--good", "--old", dest="good",
+    parser.add_argument("--repo", action=Once, help="git repository (path or URL) whose history is searched")
+    parser.add_argument("--good", "--old", dest="good", action=Once,
                         help="with --repo: the older ref (where the workload is good; with --improvement, worse)")
-    parser.add_argument("--bad", "--new", dest="bad",
+    parser.add_argument("--bad", "--new", dest="bad", action=Once,
                         help="with --repo: the newer ref, a descendant of --good (bad; with --improvement, better)")
-    parser.add_argument("--versions", help="comma-separated targets, oldest (good) first: 'numpy==1.23.5,...'")
-    parser.add_argument("--package", help="search the releases of this package the configured index offers")
-    parser.add_argument("--between", nargs=2, metavar=("GOOD", "BAD"), help="with --package: the good and bad release")
-    parser.add_argument("--check", choices=["status", "precision", "curve", "timing", "memory", "compat"],
+    parser.add_argument("--versions", action=Once,
+                        help="comma-separated targets, oldest (good) first: 'numpy==1.23.5,...'")
+    parser.add_argument("--package", action=Once,
+                        help="search the releases of this package the configured index offers")
+    parser.add_argument("--between", action=Once, nargs=2, metavar=("GOOD", "BAD"),
+                        help="with --package: the good and bad release")
+    parser.add_argument("--check", action=Once, choices=["status", "precision", "curve", "timing", "memory", "compat"],
                         help="the check to follow (default: whichever fails between the ends); compat: the first "
                              "build where the models saved by --from no longer load or match")
-    parser.add_argument("--from", dest="from_spec", type=build, metavar="PRODUCER",
+    parser.add_argument("--from", dest="from_spec", action=Once, type=build, metavar="PRODUCER",
                         help="with --check compat: the build whose saved models are loaded at each probe: a ref, a "
                              "target spec or a version (default: the good end)")
-    parser.add_argument("--into", dest="into_spec", type=build, metavar="CONSUMER",
+    parser.add_argument("--into", dest="into_spec", action=Once, type=build, metavar="CONSUMER",
                         help="with --check compat: the other way round, the first build whose own saved models no "
                              "longer load or match in CONSUMER (an older build that must read them: a ref, a target "
                              "spec or a version); each probe runs the workload, which saves its models, first")
@@ -36,8 +39,9 @@ def add_parser(sub) -> None:
                         help="find the commit that made it better (faster, smaller, passing, new outputs): the "
                              "newer end is the reference and the older end must be worse than it")
     parser.add_argument("--first-parent", action="store_true", help="search the main line only (merged PRs)")
-    parser.add_argument("--build", help="how commits are built: wheel (default), pythonpath[:FOLDER], or a shell "
-                                        "command that leaves a wheel in $MODELCI_DIST_DIR")
+    parser.add_argument("--build", action=Once,
+                        help="how commits are built: wheel (default), pythonpath[:FOLDER], or a shell "
+                             "command that leaves a wheel in $MODELCI_DIST_DIR")
     parser.add_argument("--jobs", type=jobs, default=1, help="probes per round, run at once: a (K+1)-ary search")
     add_selection(parser)
 

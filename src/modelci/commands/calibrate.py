@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, Once, add_selection
 
 
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("calibrate", help="run each workload N times on one target and store its noise")
-    parser.add_argument("--target", required=True, help="numpy==2.0.0, a path to a .whl, or current")
+    parser.add_argument("--target", action=Once, required=True, help="numpy==2.0.0, a path to a .whl, or current")
     add_selection(parser)
     parser.add_argument("--runs", type=int, default=5,
                         help="how many times to run each workload (default 5). The history check weighs the CV "

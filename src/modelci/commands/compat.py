@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection, build, jobs
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, Once, add_selection, build, jobs
 
 
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("compat", help="check that models saved by older builds load in the target and match")
-    parser.add_argument("--target", required=True, help="numpy==2.0.0, a path to a .whl, or a git target")
+    parser.add_argument("--target", action=Once, required=True,
+                        help="numpy==2.0.0, a path to a .whl, or a git target")
     add_selection(parser)
-    parser.add_argument("--from", dest="from_spec", type=build, metavar="VERSION_SPEC",
+    parser.add_argument("--from", dest="from_spec", action=Once, type=build, metavar="VERSION_SPEC",
                         help="producer versions to check: a version (that one and later, older than the target) or "
                              "a specifier set such as '>=1.2,<2' or '==2.13.0' (default: every older version)")
-    parser.add_argument("--direction", choices=("backward", "forward", "both"), default="backward",
+    parser.add_argument("--direction", action=Once, choices=("backward", "forward", "both"), default="backward",
                         help="backward: older models load in the target (default); forward: the target's models "
                              "load in the older builds; both")
-    parser.add_argument("--markdown", dest="markdown_path", metavar="FILE", help="write the matrix as Markdown")
+    parser.add_argument("--markdown", dest="markdown_path", action=Once, metavar="FILE",
+                        help="write the matrix as Markdown")
     parser.add_argument("--no-alarms", dest="alarms", action="store_false",
                         help="open, update and notify no alarm (default: a saved model that no longer loads opens one)")
     chain = parser.add_argument_group("bisect on alarm", "when the check opens an alarm, find the commit that broke "
@@ -24,8 +26,9 @@ def add_parser(sub) -> None:
     chain.add_argument("--bisect-on-alarm", action="store_true",
                        help="bisect each compat alarm this check opens between --good and the target's commit "
                             "(`bisect --check compat --from PRODUCER`; git targets)")
-    chain.add_argument("--good", metavar="REF", help="with --bisect-on-alarm: a ref of the target's repository where "
-                                                     "the saved models still loaded")
+    chain.add_argument("--good", action=Once, metavar="REF",
+                       help="with --bisect-on-alarm: a ref of the target's repository where the saved models still "
+                            "loaded")
     chain.add_argument("--first-parent", action="store_true", help="with --bisect-on-alarm: search the main line only")
     chain.add_argument("--jobs", type=jobs, default=1, help="with --bisect-on-alarm: probes per round")
 

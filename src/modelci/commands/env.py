@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 
-from modelci.commands import EXIT_OK, EXIT_REGRESSION, count, days
+from modelci.commands import EXIT_OK, EXIT_REGRESSION, Once, count, days
 
 
 def add_parser(sub) -> None:
@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
 
     lock = env.add_parser("lock", help="write the lock file (exact pins) of a run's or an environment's environment")
     lock.add_argument("ref", metavar="RUN|ENV", help="a run id, latest, or an environment id")
-    lock.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the lock")
+    lock.add_argument("-o", "--output", action=Once, required=True, metavar="FILE", help="where to write the lock")
 
     check = env.add_parser("check", help="fail when a constraints file is not consumed or a lock contradicts one")
     check.add_argument("files", nargs="*", metavar="FILE",
@@ -27,27 +27,28 @@ def add_parser(sub) -> None:
                        help="check this lock (repeatable; default: the environments of the latest run per runner)")
 
     derive = env.add_parser("constraints", help="derive loose cross-platform constraints from a pilot lock")
-    derive.add_argument("--from", dest="source", required=True, metavar="LOCK", help="a lock file, run id or env id")
+    derive.add_argument("--from", dest="source", action=Once, required=True, metavar="LOCK",
+                        help="a lock file, run id or env id")
     derive.add_argument("--level", choices=("major", "minor", "patch"), default="minor",
                         help="how loose: tensorflow==1.6.8 at minor gives >=1.6,<1.7 (default minor)")
     derive.add_argument("--only-direct", action="store_true", help="only the requirements that were asked for")
-    derive.add_argument("-o", "--output", metavar="FILE", help="write here instead of printing")
+    derive.add_argument("-o", "--output", action=Once, metavar="FILE", help="write here instead of printing")
 
     diff = env.add_parser("diff", help="what differs between two environments: packages and fingerprint")
     diff.add_argument("a", metavar="A", help="a run id, an environment id, a lock file or an export bundle")
     diff.add_argument("b", metavar="B", help="the same kinds as A")
-    diff.add_argument("--json", dest="json_path", metavar="FILE", help="also write the diff as JSON")
+    diff.add_argument("--json", dest="json_path", action=Once, metavar="FILE", help="also write the diff as JSON")
     diff.add_argument("--exit-code", action="store_true", help="exit 1 when they differ")
 
     same = env.add_parser("consistency", help="packages whose versions differ between runners for one target")
-    same.add_argument("--target", required=True, help="the target spec, e.g. torch==2.13.0")
-    same.add_argument("--json", dest="json_path", metavar="FILE", help="also write the result as JSON")
+    same.add_argument("--target", action=Once, required=True, help="the target spec, e.g. torch==2.13.0")
+    same.add_argument("--json", dest="json_path", action=Once, metavar="FILE", help="also write the result as JSON")
     same.add_argument("--exit-code", action="store_true", help="exit 1 when the runners differ")
 
     export = env.add_parser("export", help="write a bundle that reproduces a run: lock, fingerprint, Dockerfile, "
                                            "reproduce.sh")
     export.add_argument("ref", metavar="RUN", help="a run id, or latest")
-    export.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")
+    export.add_argument("--out", action=Once, required=True, metavar="DIR", help="a new or empty folder")
 
     gc = env.add_parser("gc", help="remove cached environments (and the scratch folders of killed runs)")
     how = gc.add_mutually_exclusive_group(required=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK
+from modelci.commands import EXIT_OK, Once
 
 #: the runs of a series `history WORKLOAD` shows by default: a terminal table of 10,000 rows took 7 s to print
 LAST = 50
@@ -12,8 +12,8 @@ def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("history", help="the stored history: workloads, or one metric of one workload")
     parser.add_argument("workload", nargs="?", help="workload id, e.g. numpy/MLPClassifier")
-    parser.add_argument("--metric", help="metric name (default time.train; with --changes: every metric)")
-    parser.add_argument("--runner", help="only this runner")
+    parser.add_argument("--metric", action=Once, help="metric name (default time.train; with --changes: every metric)")
+    parser.add_argument("--runner", action=Once, help="only this runner")
     parser.add_argument("--last", type=int, metavar="N",
                         help=f"show the last N runs of the workload's series (default {LAST})")
     parser.add_argument("--all", action="store_true", help="show every run of the workload's series")

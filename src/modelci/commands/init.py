@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from modelci.commands import EXIT_OK
+from modelci.commands import EXIT_OK, Once
 
 
 def add_parser(sub) -> None:
@@ -12,9 +12,9 @@ def add_parser(sub) -> None:
     from modelci.starter import SUITE, frameworks
 
     parser = sub.add_parser("init", help="start a project: a commented modelci.toml and a suite with one workload")
-    parser.add_argument("--framework", choices=frameworks(), default="numpy",
+    parser.add_argument("--framework", action=Once, choices=frameworks(), default="numpy",
                         help="the framework of the starter workload (default numpy)")
-    parser.add_argument("--dir", default=".", metavar="PATH",
+    parser.add_argument("--dir", action=Once, default=".", metavar="PATH",
                         help=f"folder to write modelci.toml and {SUITE}/ into (default: here; made when missing)")
 
 

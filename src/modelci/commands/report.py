@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK, count
+from modelci.commands import EXIT_OK, Once, count
 
 
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("report", help="write the dashboard: a static site that opens from file://")
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder to write the site into")
+    parser.add_argument("--out", action=Once, required=True, metavar="DIR", help="folder to write the site into")
     parser.add_argument("--overlay", type=count, default=10, metavar="N",
                         help="loss curves of the last N targets overlaid on each workload page (default 10)")
     parser.add_argument("--recent", type=count, default=30, metavar="N", help="runs listed on the index (default 30)")

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, add_selection, jobs
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, Once, add_selection, jobs
 
 
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("run", help="run a suite against one target and compare with the baseline")
-    parser.add_argument("--target", help="numpy==2.0.0, a path to a .whl, git+URL@REF, or current")
-    parser.add_argument("--repo", help="a git repository (path or URL) whose commit --ref is the target")
-    parser.add_argument("--ref", help="with --repo: the branch, tag or commit to build (default HEAD)")
-    parser.add_argument("--build", help="how a git target is built: wheel (default), pythonpath[:FOLDER], or a "
-                                        "shell command that leaves a wheel in $MODELCI_DIST_DIR")
-    parser.add_argument("--lock", metavar="FILE", help="rebuild the environment exactly from this lock file "
-                                                       "(`modelci env lock`); --target defaults to the lock's target")
+    parser.add_argument("--target", action=Once, hint="`modelci compare A B` runs two targets",
+                        help="numpy==2.0.0, a path to a .whl, git+URL@REF, or current")
+    parser.add_argument("--repo", action=Once, help="a git repository (path or URL) whose commit --ref is the target")
+    parser.add_argument("--ref", action=Once, help="with --repo: the branch, tag or commit to build (default HEAD)")
+    parser.add_argument("--build", action=Once,
+                        help="how a git target is built: wheel (default), pythonpath[:FOLDER], or a "
+                             "shell command that leaves a wheel in $MODELCI_DIST_DIR")
+    parser.add_argument("--lock", action=Once, metavar="FILE",
+                        help="rebuild the environment exactly from this lock file (`modelci env lock`); --target "
+                             "defaults to the lock's target")
     add_selection(parser)
     parser.add_argument("--reuse", action="store_true", help="reuse stored results of the same target, env and code")
     parser.add_argument("--no-alarms", dest="alarms", action="store_false",
@@ -24,17 +27,18 @@ def add_parser(sub) -> None:
     chain = parser.add_argument_group("bisect on alarm", "when the run opens an alarm, find the commit that caused it")
     chain.add_argument("--bisect-on-alarm", action="store_true",
                        help="bisect each alarm this run opens between --good and the run's commit (git targets)")
-    chain.add_argument("--good", metavar="REF", help="with --bisect-on-alarm: a ref of the same repository where the "
-                                                     "workloads were good")
+    chain.add_argument("--good", action=Once, metavar="REF",
+                       help="with --bisect-on-alarm: a ref of the same repository where the workloads were good")
     chain.add_argument("--first-parent", action="store_true", help="with --bisect-on-alarm: search the main line only")
     chain.add_argument("--jobs", type=jobs, default=1, help="with --bisect-on-alarm: probes per round")
 
 
 def add_report_files(parser) -> None:
     """--junit and --markdown, shared with `compare`."""
-    parser.add_argument("--junit", metavar="FILE", help="write JUnit XML: one test case per workload and check")
-    parser.add_argument("--markdown", metavar="FILE", help="write a GitHub-flavoured Markdown summary (PR comment, "
-                                                         "$GITHUB_STEP_SUMMARY)")
+    parser.add_argument("--junit", action=Once, metavar="FILE",
+                        help="write JUnit XML: one test case per workload and check")
+    parser.add_argument("--markdown", action=Once, metavar="FILE",
+                        help="write a GitHub-flavoured Markdown summary (PR comment, $GITHUB_STEP_SUMMARY)")
 
 
 def target_spec(args) -> str | None:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK, count, port
+from modelci.commands import EXIT_OK, Once, count, port
 
 
 def add_parser(sub) -> None:
     """Declare the command."""
     parser = sub.add_parser("serve", help="serve the dashboard over HTTP; it refreshes after new runs")
-    parser.add_argument("--host", default="127.0.0.1",
+    parser.add_argument("--host", action=Once, default="127.0.0.1",
                         help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)")
-    parser.add_argument("--port", type=port, default=8000, help="port (default 8000; 0 picks a free one)")
-    parser.add_argument("--out", metavar="DIR",
+    parser.add_argument("--port", action=Once, type=port, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--out", action=Once, metavar="DIR",
                         help="keep the site in DIR (default: a temporary folder, removed on exit)")
     parser.add_argument("--overlay", type=count, default=10, metavar="N", help="loss curves overlaid per workload")
     parser.add_argument("--verbose", action="store_true", help="log every request")
