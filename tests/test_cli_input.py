@@ -147,6 +147,14 @@ def test_an_alarm_given_twice_is_acknowledged_once(alarmed, capsys):
     assert events.count("acknowledged") == 1
 
 
+def test_alarms_list_refuses_a_runner_the_history_never_saw(alarmed, capsys):
+    # a misspelt runner printed "no alarms" with exit 0, as a clean bill of health would
+    said = usage_error(["alarms", "list", "--runner", "nobody"], capsys)
+    assert "--runner 'nobody': no run of that runner in the history; runners there: ci" in said
+    assert cli.main(["alarms", "list", "--runner", "ci"]) == 0
+    assert "Slow" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, says", [
     (["serve", "--port", "99999"], "give a port from 0 to 65535"),
     (["serve", "--port", "-1"], "give a port from 0 to 65535"),

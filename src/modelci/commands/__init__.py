@@ -117,6 +117,16 @@ def _integer(text: str, low: int, what: str, high: int | None = None) -> int:
     return value
 
 
+def check_runner(store, runner: str | None) -> None:
+    """A UserError for a --runner the history never saw, naming the runners it has: a misspelt runner read as
+    an empty table or "no alarms" with exit 0, which looks the same as all being well."""
+    from modelci.errors import UserError
+
+    if runner and not store.runs(runner, limit=1):
+        raise UserError(f"--runner {runner!r}: no run of that runner in the history; runners there: "
+                        f"{', '.join(store.runners()) or 'none'}")
+
+
 def add_selection(parser) -> None:
     """Options shared by the commands that run workloads: suites, -k, runner, timeout, repeats, --json."""
     parser.add_argument("--suite", action="append", default=[], help="folder of workload files or zoo:NAME; repeatable")

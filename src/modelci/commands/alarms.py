@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 
-from modelci.commands import EXIT_OK, EXIT_REGRESSION, Once, record_id
+from modelci.commands import EXIT_OK, EXIT_REGRESSION, Once, check_runner, record_id
 from modelci.errors import UserError
 
 
@@ -83,6 +83,7 @@ def main(args, cfg) -> int:
                 raise UserError("--all lists alarms in every state; give --state (repeatable) or --all, not both")
             states = ["open", "acknowledged", "silenced", "resolved"]
         runner = args.runner if args.action else None
+        check_runner(store, runner)
         views.render_alarms(lifecycle.list_alarms(store, states=states, runner=runner), out)
     elif action == "show":
         views.render_alarm(lifecycle.get_alarm(store, args.id), out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_OK, Once
+from modelci.commands import EXIT_OK, Once, check_runner
 
 #: the runs of a series `history WORKLOAD` shows by default: a terminal table of 10,000 rows took 7 s to print
 LAST = 50
@@ -61,10 +61,7 @@ def _check_selection(args, store) -> None:
     nor --changes: each printed an empty table or "no change points" with exit 0, which read as all is well."""
     from modelci.errors import UserError
 
-    if args.runner and not store.runs(args.runner, limit=1):
-        runners = store.runners()
-        raise UserError(f"--runner {args.runner!r}: no run of that runner in the history; runners there: "
-                        f"{', '.join(runners) or 'none'}")
+    check_runner(store, args.runner)
     if args.metric and not args.workload and not args.changes:
         raise UserError(f"--metric {args.metric!r} shows one metric of one workload: give the workload too "
                         "(`modelci history WORKLOAD --metric NAME`), or --changes for every series of that metric")
