@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from alarm_history import History, timed
-from clicalls import usage_error
+from clicalls import digest, usage_error
 
 from modelci import cli
 from modelci.alarms import lifecycle
@@ -67,13 +67,44 @@ def test_no_command_adds_modelci_tables_to_another_applications_database(project
     other = project / "other_app.db"
     with sqlite3.connect(other) as db:
         db.execute("create table orders (id integer primary key)")
+    db.close()
+    before = digest(other)
     said = usage_error(["--db", str(other), *argv], capsys)
     assert "holds no modelci history" in said
     if argv[0] != "history":
         assert "other tables (orders)" in said and "give a new or empty database" in said
+    # not a byte changed either: setting WAL mode rewrote its header before the refusal
+    assert digest(other) == before
     with sqlite3.connect(other) as db:
         tables = [row[0] for row in db.execute("select name from sqlite_master where type = 'table'")]
     assert tables == ["orders"]
+
+
+READERS = [["history"], ["show"], ["alarms", "list"], ["alarms", "show", "1"], ["report", "--out", "site"],
+           ["db", "current"], ["env", "lock", "-o", "l.txt", "latest"], ["env", "diff", "1", "1"]]
+
+
+@pytest.mark.parametrize("argv", READERS)
+def test_a_command_that_reads_an_empty_file_refuses_it_and_writes_nothing(project, capsys, argv):
+    # each turned the empty file into a 4 KiB SQLite database (the WAL mode set on opening) before refusing it,
+    # and `db current` answered "revision none, pending ..." with exit 0
+    empty = project / "e.db"
+    empty.write_bytes(b"")
+    said = usage_error(["--db", str(empty), *argv], capsys)
+    assert "holds no modelci history" in said
+    if argv[0] == "db":
+        assert "`modelci db upgrade` makes one there" in said
+    assert empty.read_bytes() == b""
+    assert sorted(p.name for p in project.iterdir()) == ["e.db"]
+
+
+@pytest.mark.parametrize("argv", READERS)
+def test_a_command_that_reads_a_history_leaves_its_file_as_it_was(alarmed, capsys, argv):
+    alarmed.store.engine.dispose()  # the fixture's writes are in the file, not in a WAL beside it
+    db = alarmed.root / alarmed.config.db
+    before = digest(db)
+    assert cli.main(argv) == 0, capsys.readouterr()
+    assert digest(db) == before
 
 
 @pytest.mark.parametrize("argv", [["history"], ["db", "upgrade"],

@@ -340,6 +340,27 @@ def test_another_applications_database_is_refused_and_left_as_it_was(history_db,
     engine.dispose()
 
 
+def test_db_current_of_a_new_database_says_there_is_no_history_and_how_to_make_one(history_db, tmp_path):
+    """An empty SQLite file or a new PostgreSQL database, as an operator looks at it before `db upgrade`: it said
+    "revision none; this modelci needs ... (pending ...)" with exit 0, and grew the empty file to 4 KiB."""
+    from modelci.store import database_url, sqlite_file
+
+    file = sqlite_file(history_db)
+    if file is not None:
+        file.write_bytes(b"")
+    code, out = cli(tmp_path, history_db, "db", "current")
+    assert code == 2 and "holds no modelci history yet" in out and "`modelci db upgrade` makes one there" in out
+    engine = create_engine(database_url(history_db))
+    assert inspect(engine).get_table_names() == []
+    engine.dispose()
+    if file is not None:
+        assert file.read_bytes() == b""
+    code, out = cli(tmp_path, history_db, "db", "upgrade")
+    assert code == 0 and "up to date" in out
+    code, out = cli(tmp_path, history_db, "db", "current")
+    assert code == 0 and "up to date" in out
+
+
 def test_db_current_and_upgrade_through_the_cli(tmp_path):
     db = str(tmp_path / "history.db")
     legacy_history(db)

@@ -15,6 +15,7 @@ def add_parser(sub) -> None:
 
 def main(args, cfg) -> int:
     """Show or upgrade the schema."""
+    from modelci.errors import UserError
     from modelci.report.console import console
     from modelci.store import Store
 
@@ -26,6 +27,12 @@ def main(args, cfg) -> int:
 
     if state.foreign:  # `current` gets here (`upgrade` refuses it first): no history, and none will be made
         migrate.refuse_foreign(state, store.shown)
+    if not state.has_history and not upgrade:
+        # an empty file, or a new PostgreSQL database: "revision none, pending ..." with exit 0 read as a history
+        # that needs an upgrade, where there is none, and a mistyped --db passed in CI
+        raise UserError(f"{store.shown} holds no modelci history yet (none of its tables); `modelci db upgrade` "
+                        "makes one there (so does the first `modelci run`), or give the database that `modelci "
+                        "run` writes (db in modelci.toml, MODELCI_DB or --db)")
     migrate.refuse_damaged(state, store.shown)
     revision = state.revision or ("none (a history from before schema revisions)" if state.has_history else "none")
     if not state.known:  # only `current` gets here: `upgrade` refuses a newer history

@@ -382,7 +382,9 @@ class Store:
         # command ends without tearing the interpreter down (cli.entry)
         weakref.finalize(self, self.engine.dispose)
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas_readonly if self.readonly else _sqlite_pragmas)
+            pragmas = _sqlite_pragmas_readonly if self.readonly else _sqlite_pragmas if create else \
+                _sqlite_pragmas_existing
+            event.listen(self.engine, "connect", pragmas)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         if self.readonly:  # any ORM write (alarm actions, findings, compat results) stops with the reason
             event.listen(self.sessions, "before_flush", lambda *_: self.refuse_write())
@@ -1067,7 +1069,21 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # timeout comes first: switching a new file to WAL needs a lock that another process may hold
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # only on a new database or a history: switching rewrote the header of another application's database (a
+    # mistyped --db) before the store refused it, and that application's journal mode is not modelci's to set
+    tables = {row[0] for row in cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables or tables & {"schema_info", "alembic_version"}:
+        cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_pragmas_existing(dbapi_connection: Any, _record: Any) -> None:
+    # a store of a history that must exist (the commands that read it, and the alarm actions) sets no journal
+    # mode: setting one writes the file, which turned an empty file into a 4 KiB database and another
+    # application's database to WAL, only to refuse them. The history's creator set WAL, which the file keeps
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
