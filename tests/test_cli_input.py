@@ -401,9 +401,27 @@ def test_env_check_refuses_a_history_named_on_the_command_line_that_does_not_exi
     assert "there is no history database" in said
     assert not (project / "typo").exists()
     # a project's own history before its first run: the constraints are checked, and no empty history is made
+    (project / "c.txt").write_text("numpy<3\n")
+    (project / "modelci.toml").write_text('[env]\nconstraints = ["c.txt"]\n')
     assert cli.main(["env", "check"]) == 0
     assert "no history at" in capsys.readouterr().out
     assert not (project / ".modelci").exists()
+
+
+def test_env_check_with_nothing_to_check_says_so_and_does_not_pass(project, capsys):
+    # it said "env check passed" (exit 0) having checked nothing: green in CI for a project without constraints
+    said = usage_error(["env", "check"], capsys)
+    assert "nothing to check: no [env] constraints are configured" in said and "there is no history yet" in said
+    assert "Configure [env] constraints in modelci.toml" in said and "--lock FILE" in said
+    assert not (project / ".modelci").exists()
+    # a history with no runs in it, as `db upgrade` leaves a new database
+    assert cli.main(["--db", "e.db", "db", "upgrade"]) == 0
+    said = usage_error(["--db", "e.db", "env", "check"], capsys)
+    assert "nothing to check" in said and "the history holds no complete run of a built target" in said
+    # a lock given is something to check
+    write_lock(project / "l.txt")
+    assert cli.main(["--db", "e.db", "env", "check", "--lock", "l.txt"]) == 0
+    assert "checked lock of" in capsys.readouterr().out
 
 
 def test_a_seed_beyond_what_python_accepts_is_refused_from_the_environment_too(project, capsys, monkeypatch):
@@ -473,11 +491,12 @@ def test_serve_on_a_host_that_is_no_address_here_says_so_before_building_the_sit
 
 
 def test_env_check_of_a_constraints_file_that_does_not_exist_says_so(project, capsys):
-    assert cli.main(["env", "check", "nosuch.txt"]) == 1
-    assert f"{project / 'nosuch.txt'} does not exist" in capsys.readouterr().out
+    # a mistyped path is a usage error (exit 2), not a constraints file that failed the check (exit 1)
+    said = usage_error(["env", "check", "nosuch.txt"], capsys)
+    assert f"{project / 'nosuch.txt'} does not exist: name constraints files that exist" in said
+    assert "or give no FILE to check every *constraint*.txt in the project" in said
     (project / "folder").mkdir()
-    assert cli.main(["env", "check", "folder", "/dev/null"]) == 1
-    said = capsys.readouterr().out
+    said = usage_error(["env", "check", "folder", "/dev/null"], capsys)
     assert f"{project / 'folder'} is a folder" in said and "/dev/null is not a regular file" in said
 
 

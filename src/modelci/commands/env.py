@@ -97,6 +97,8 @@ def _check(args, cfg) -> int:
         out.print(escape(f"no history at {cfg.db} yet: no stored run's environment was checked"), highlight=False)
     for line in report.checked:
         out.print(f"[dim]checked {escape(line)}[/]", highlight=False)
+    for line in report.notes:
+        out.print(f"note: {escape(line)}", highlight=False)
     for line in report.warnings:
         out.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
     for line in report.problems:

@@ -7,6 +7,8 @@ It fails when:
 - an environment in use (the latest complete run on each runner) was built without the current constraints;
 - a lock (given with --lock, else those environments' locks) pins a version a constraint excludes.
 Constraints that name a package no checked environment holds are warnings: dead entries, or misspelt names.
+A FILE that is no file, and a check with nothing to check (no constraints, no lock, no environment in use), are
+UserErrors: neither is a check that failed, nor one that passed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class CheckReport:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
+    #: what was not checked, and why (the check passes or fails without it)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -39,6 +43,7 @@ def check(settings: dict[str, Any], root: Path, store: Any, *, locks: list[Lock]
           pip_constraints: list[str] = (), platform_tag: str = "") -> CheckReport:
     """Check the `[env]` constraints against the project's files, the environments in use and `locks`; `store`
     None is a project with no history yet (no environment in use)."""
+    _refuse_missing(files)
     report = CheckReport()
     configured = list(settings.get("constraints", []))
     overrides = dict(settings.get("platform_overrides", {}))
@@ -53,16 +58,22 @@ def check(settings: dict[str, Any], root: Path, store: Any, *, locks: list[Lock]
     consumed = {str(Path(p).resolve()) for p in [*configured, *overrides.values(), *pip_constraints]}
     strays = [str(Path(f).resolve()) for f in files] if files else cons.stray_files(root, consumed)
     for path in strays:
-        if Path(path).is_dir():
-            report.problems.append(f"{path} is a folder; name a constraints file")
-        elif Path(path).exists() and not Path(path).is_file():
-            report.problems.append(f"{path} is not a regular file; name a constraints file")
-        elif not Path(path).is_file():
-            report.problems.append(f"{path} does not exist; name a constraints file that does")
-        elif path not in consumed:
+        if path not in consumed:
             report.problems.append(f"{path} is not consumed: no environment reads it. Add it to [env] constraints "
                                    "(or [env] platform_overrides) in the config, or delete it")
     checked_locks = list(locks) or (_locks_in_use(store, settings, report) if store is not None else [])
+    if not (report.checked or report.problems or files or checked_locks):
+        # no constraints file, no lock, no environment in use: "env check passed" in CI would say that
+        # something was checked and found sound
+        history = ("there is no history yet" if store is None else
+                   "the history holds no complete run of a built target (a run of `--target current` builds none)")
+        raise UserError(f"nothing to check: no [env] constraints are configured, no *constraint*.txt is in the "
+                        f"project {root}, no FILE or --lock was given, and {history}, so no environment is in "
+                        "use. Configure [env] constraints in modelci.toml, name constraints files (`modelci env "
+                        "check FILE...`), give a lock (`--lock FILE`), or run a built target first")
+    if store is not None and not locks and not checked_locks:
+        report.notes.append("no environment in use was checked: the history holds no complete run of a built "
+                            "target")
     for lock in checked_locks:
         merged = cons.load(configured, overrides, lock.platform or platform_tag)
         label = lock.file or lock.source or f"environment {lock.environment}"
@@ -73,6 +84,24 @@ def check(settings: dict[str, Any], root: Path, store: Any, *, locks: list[Lock]
     if checked_locks:
         report.warnings += cons.unused(merged_here, checked_locks)
     return report
+
+
+def _refuse_missing(files: list[str]) -> None:
+    """A UserError for a FILE that is no file: a mistyped path is a wrong argument, not a constraints file that
+    failed the check (exit 1 read as a regression in CI)."""
+    wrong = []
+    for given in files:
+        path = Path(given).resolve()
+        if path.is_dir():
+            wrong.append(f"{path} is a folder")
+        elif path.exists() and not path.is_file():
+            wrong.append(f"{path} is not a regular file")
+        elif not path.exists():
+            wrong.append(f"{path} does not exist")
+    if wrong:
+        raise UserError("; ".join(wrong) + ": name constraints files that exist (`modelci env check FILE...` "
+                        "checks that the project's environments consume them), or give no FILE to check every "
+                        "*constraint*.txt in the project")
 
 
 def _locks_in_use(store: Any, settings: dict[str, Any], report: CheckReport) -> list[Lock]:
