@@ -11,7 +11,10 @@ owner is gone, stores its results as a run marked `interrupted` (as a cancelled 
 reusable), says so, and removes it. The journal's name is stored with the run it was kept for (and with the run
 the recovery makes of it), in the same transaction: a SIGKILL in the few milliseconds between that commit and
 the journal's removal left a journal whose results were stored already, and the next run stored them twice; the
-recovery now finds the name in the history and only removes the journal.
+recovery now finds the name in the history and only removes the journal. A journal is removed by renaming it out
+of the way first (`REMOVING`), so that a process killed halfway through the removal leaves no half journal (its
+meta or its run gone, some results left) for every later run to warn about; a half journal that an earlier
+version left is recognised by its name in the history too.
 
 Whether the owner is gone is told by a lock, not a process id: the run holds an exclusive `flock` on the
 journal's `owner.lock` for its life, and the kernel releases it however the process ends, so a journal is never
@@ -47,6 +50,8 @@ from modelci.targets import Target
 FOLDER = "journals"
 #: the suffix of a journal being made (recovery leaves it alone)
 STARTING = ".starting"
+#: the suffix of a journal being removed (whoever finds one finishes the removal)
+REMOVING = ".removing"
 OWNER_LOCK = "owner.lock"
 META = "meta.json"
 RESULT_SUFFIX = ".result"
@@ -98,7 +103,7 @@ class Journal:
 
     def close(self) -> None:
         """The run is stored: the journal goes."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        _remove(self.folder)
         self._owner.close()
 
     @property
@@ -136,6 +141,16 @@ def recover_safely(cache_dir: Path | str, store: Any, log: Callable[[str], objec
         return []
 
 
+def _remove(folder: Path) -> None:
+    """Remove a journal: renamed first, in one step, so that it is whole or gone to anyone who looks."""
+    gone = folder.with_name(folder.name + REMOVING)
+    try:
+        os.rename(folder, gone)
+    except OSError:  # already gone, or a file system that cannot rename it: removed where it is
+        gone = folder
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 def _write(path: Path, data: bytes) -> None:
     """Write `path` whole: under a temporary name, flushed to the disk, then renamed."""
     part = path.with_name(path.name + ".part")
@@ -155,6 +170,9 @@ def recover(cache_dir: Path | str, history: str, store: Any, log: Callable[[str]
         return []
     stored = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.endswith(STARTING)):
+        if folder.name.endswith(REMOVING):  # its owner was killed as it removed it
+            shutil.rmtree(folder, ignore_errors=True)
+            continue
         owner = _take(folder)
         if owner is None:  # its run is still going
             continue
@@ -177,6 +195,8 @@ def waiting(cache_dir: Path | str) -> list[Path]:
     root = Path(cache_dir) / FOLDER
     found = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if folder.name.endswith((STARTING, REMOVING)):
+            continue
         owner = _take(folder)
         if owner is not None:
             owner.close()
@@ -195,7 +215,12 @@ def _recover_one(folder: Path, history: str, store: Any, log: Callable[[str], ob
         meta = json.loads((folder / META).read_text())
     except (OSError, ValueError) as exc:
         if not any(folder.glob(f"*{RESULT_SUFFIX}")):  # killed before it wrote its meta: it holds no result
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove(folder)
+        elif (stored := store.run_for_journal(folder.name)) is not None:
+            # half removed, by a version that removed a stored run's journal file by file and was cut in between
+            _remove(folder)
+            log(f"removed what was left of the journal of run {stored} in {folder}: that run was stored, and its "
+                "journal was cut as it was removed")
         else:
             log(f"a journal of a killed run in {folder} has no readable {META} ({type(exc).__name__}), so its "
                 "history is unknown and its results are not stored; remove the folder to give them up")
@@ -208,7 +233,7 @@ def _recover_one(folder: Path, history: str, store: Any, log: Callable[[str], ob
         return None
     results_files = sorted(folder.glob(f"*{RESULT_SUFFIX}"))
     if not results_files:
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove(folder)
         return None
     if meta.get("modelci_version") != modelci.__version__:
         log(f"a run killed before it was stored left {len(results_files)} result(s) in {folder}, written by "
@@ -239,12 +264,12 @@ def _recover_one(folder: Path, history: str, store: Any, log: Callable[[str], ob
     started = run.get("started_at")
     stored = store.run_for_journal(folder.name)
     if stored is not None:  # killed after its run was stored, before the journal was removed
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove(folder)
         log(f"removed the journal of run {stored} in {folder}: that run was stored, and killed before it removed "
             "its journal")
         return None
     run_id = store.ingest(**dict(run, results=results, status="interrupted", journal=folder.name))
-    shutil.rmtree(folder, ignore_errors=True)
+    _remove(folder)
     if unreadable:
         log(f"of the earlier run stored as run {run_id}, {len(unreadable)} result(s) could not be read and are lost: "
             f"{', '.join(unreadable)}")

@@ -224,42 +224,52 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             kept = journal.start(config.cache_dir, store, run_fields, progress.note)
             for result in results if kept is not None else ():  # the suite files that did not import
                 kept.add(result)
+        interrupted = False
         try:
-            with _timed(timings, "execute"):
-                results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch,
-                                                        results, reuse, progress, executor=executor, journal=kept)
-            timings.update(executor.timings)
-            outcome.reused = reused
-            if results and (interrupted or len(results) > reused):
-                # a signal that arrives while the run is stored waits for the transaction to end
-                # (`cancel.deferred`), and is raised once it has: the run is stored then, and the report files
-                # must say which it is
-                try:
-                    with _timed(timings, "ingest"), cancel.deferred():
-                        outcome.run_id = _ingest(store, outcome, dict(
-                            run_fields, results=results, status="interrupted" if interrupted else "complete",
-                            started_at=utcnow(), journal=kept.name if kept is not None else ""))
-                except KeyboardInterrupt:
-                    raise Interrupted(outcome.run_id, _unjudged(outcome, results),
-                                      "interrupted" if interrupted else UNJUDGED) from None
-        finally:
-            if kept is not None:
-                # stored (or nothing to store): it goes; refused by the history, or cut by an error before it was
-                # stored: it stays, for the next run on this history (a SIGKILL leaves it the same way)
-                stored = outcome.run_id is not None or not results or len(results) <= outcome.reused
-                if stored:
-                    kept.close()
-                else:
-                    kept.keep()
-                    outcome.kept = kept.holds_results
-        if interrupted:
-            raise Interrupted(outcome.run_id, _unjudged(outcome, results))
-        # saved models become compat records while the scratch folder still holds them; their inputs
-        # are made in a fork of the run's warm worker, which is stopped only then
-        try:
+            try:
+                with _timed(timings, "execute"):
+                    results, reused, interrupted = _execute(config, store, target, env, suites, workloads, scratch,
+                                                            results, reuse, progress, executor=executor,
+                                                            journal=kept)
+                timings.update(executor.timings)
+                outcome.reused = reused
+                if results and (interrupted or len(results) > reused):
+                    # a signal that arrives while the run is stored waits for the transaction to end
+                    # (`cancel.deferred`), and is raised once it has: the run is stored then, and the report files
+                    # must say which it is
+                    try:
+                        with _timed(timings, "ingest"), cancel.deferred():
+                            outcome.run_id = _ingest(store, outcome, dict(
+                                run_fields, results=results, status="interrupted" if interrupted else "complete",
+                                started_at=utcnow(), journal=kept.name if kept is not None else ""))
+                    except KeyboardInterrupt:
+                        raise Interrupted(outcome.run_id, _unjudged(outcome, results),
+                                          "interrupted" if interrupted else UNJUDGED) from None
+            finally:
+                if kept is not None:
+                    # stored (or nothing to store): it goes; refused by the history, or cut by an error before it
+                    # was stored: it stays, for the next run on this history (a SIGKILL leaves it the same way).
+                    # Either is done whole before a signal is acted on (it is raised below, the run stored)
+                    stored = outcome.run_id is not None or not results or len(results) <= outcome.reused
+                    with cancel.deferred():
+                        if stored:
+                            kept.close()
+                        else:
+                            kept.keep()
+                            outcome.kept = kept.holds_results
+            if interrupted:
+                raise Interrupted(outcome.run_id, _unjudged(outcome, results))
+            # saved models become compat records while the scratch folder still holds them; their inputs
+            # are made in a fork of the run's warm worker, which is stopped only then
             _after_ingest(config, store, target, env, results, suites, workloads, scratch, executor, outcome, alarms,
                           judge, pool)
-        except KeyboardInterrupt:  # the run is stored; what is left (compat, checks, alarms) is skipped
+        except KeyboardInterrupt:
+            if outcome.run_id is None:  # nothing stored: the journal keeps what finished, and says so
+                raise
+            if interrupted:  # stored as interrupted; the signal came again as its journal went
+                raise Interrupted(outcome.run_id, _unjudged(outcome, results)) from None
+            # the run is stored; what is left (compat, checks, alarms) is skipped. A signal between the commit and
+            # the next step (as the journal was removed) lands here too: the report files still say which run
             if judge and outcome.comparisons:
                 # the checks ran (and stored their findings); the signal came in the alarm step, which may have
                 # opened or updated alarms before it: the report keeps the verdicts, and says where to look
@@ -269,7 +279,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         except Exception as exc:  # noqa: BLE001 - the kinds below; SQLAlchemy is imported by now (the store)
             from sqlalchemy.exc import SQLAlchemyError
 
-            if isinstance(exc, HarnessError) or not isinstance(exc, (SQLAlchemyError, OSError, MemoryError)):
+            if isinstance(exc, HarnessError) or not isinstance(exc, (SQLAlchemyError, OSError, MemoryError)) \
+                    or outcome.run_id is None:  # not stored: NotStored, or the journal keeps it
                 raise
             # the history or the disk failed after the run was stored (a full disk, a server gone, no memory
             # left): that was a traceback and exit 1, as for a regression, and no report file

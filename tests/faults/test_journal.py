@@ -254,6 +254,76 @@ def test_a_run_killed_just_after_it_was_stored_is_not_stored_again(project):
     assert not list((cache / "journals").iterdir())
 
 
+def test_a_signal_as_a_stored_runs_journal_goes_still_writes_the_report_and_leaves_no_half_journal(project):
+    """A Ctrl-C (or a CI system's SIGTERM) in the milliseconds after the commit, as the run removed its journal,
+    cut the removal halfway: no report file and no run id said, and a journal without its meta left behind, which
+    every later run warned about as results lost (they were stored). The removal is now whole before the signal
+    is acted on, and the signal is taken as one after the run was stored."""
+    cache = _own_cache(project)
+    # the signal lands exactly there: once the removal has begun (its meta gone), before the rest is removed
+    _hook(project, "import os, signal, time\n"
+                   "import modelci.journal\n"
+                   "close = modelci.journal.Journal.close\n"
+                   "def cut(self):\n"
+                   "    (self.folder / modelci.journal.META).unlink()\n"
+                   "    os.kill(os.getpid(), signal.SIGINT)\n"
+                   "    time.sleep(0.5)\n"
+                   "    close(self)\n"
+                   "modelci.journal.Journal.close = cut\n")
+    project.workloads(QUICK)
+    cut = project.run()
+    assert cut.returncode == 130, cut.stderr
+    assert "run 1 stored as complete; its checks and alarms did not run" in cut.stderr, cut.stderr
+    report = project.report()
+    assert report["run"]["id"] == 1 and report["interrupted"] is True and report["judged"] is False
+    assert [r["status"] for r in report["results"]] == ["ok"]
+    assert project.stored("SELECT id, status FROM runs") == [(1, "complete")]
+    assert not list((cache / "journals").iterdir())
+    project.assert_clean(cut)
+    del project.extra_env[HOOKED]
+    done = project.run()
+    assert done.returncode == 0 and "journal" not in done.stderr, done.stderr
+
+
+def test_a_half_removed_journal_of_a_stored_run_is_removed_not_warned_about(project):
+    """What an earlier version's cut removal left (a stored run's journal without its meta or its run, some
+    results still there) is recognised by its name in the history and removed, with one line saying so."""
+    cache = _own_cache(project)
+    _hook(project, "import os, signal\n"
+                   "import modelci.journal\n"
+                   "modelci.journal.Journal.close = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n")
+    project.workloads(QUICK)
+    assert project.run().returncode == -signal.SIGKILL
+    [folder] = (cache / "journals").iterdir()
+    (folder / "meta.json").unlink()
+    (folder / "run.pickle").unlink()
+    del project.extra_env[HOOKED]
+    done = project.run()
+    assert done.returncode == 0, done.stderr
+    assert f"removed what was left of the journal of run 1 in {folder}" in " ".join(done.stderr.split())
+    assert "no readable" not in done.stderr and not list((cache / "journals").iterdir())
+    assert project.stored("SELECT count(*) FROM runs") == [(2,)]
+
+
+def test_a_run_killed_as_it_removes_its_journal_leaves_nothing_to_warn_about(project):
+    """The removal renames the journal out of the way in one step, then deletes it: a SIGKILL in between leaves
+    a folder the next run removes without a word, and nothing is stored twice."""
+    cache = _own_cache(project)
+    _hook(project, "import os, signal, types\n"
+                   "import modelci.journal\n"
+                   "kill = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+                   "modelci.journal.shutil = types.SimpleNamespace(rmtree=kill)\n")  # the journal's only
+    project.workloads(QUICK)
+    assert project.run().returncode == -signal.SIGKILL
+    [folder] = (cache / "journals").iterdir()
+    assert folder.name.endswith(".removing") and (folder / "meta.json").exists()
+    del project.extra_env[HOOKED]
+    done = project.run()
+    assert done.returncode == 0 and "journal" not in done.stderr, done.stderr
+    assert not list((cache / "journals").iterdir())
+    assert project.stored("SELECT status FROM runs") == [("complete",), ("complete",)]
+
+
 def test_a_run_out_of_memory_says_so_in_one_line_and_its_results_wait_in_its_journal(project):
     """modelci itself out of memory (a `ulimit -v`, a container's limit) while it stores a run: that was a
     traceback. Now one line with the limit, exit 3, and the finished results are stored by the next run."""
