@@ -285,6 +285,30 @@ def test_a_signal_as_a_stored_runs_journal_goes_still_writes_the_report_and_leav
     assert done.returncode == 0 and "journal" not in done.stderr, done.stderr
 
 
+def test_a_calibration_cut_just_after_a_run_was_stored_names_that_run(project):
+    """`calibrate` cut by a signal in the milliseconds after its second run was stored said "the runs stored
+    before the signal: 1", and its report listed run 1 alone, though run 2 was in the history."""
+    _own_cache(project)
+    _hook(project, "import os, signal\n"
+                   "import modelci.journal\n"
+                   "close = modelci.journal.Journal.close\n"
+                   "closed = []\n"
+                   "def second(self):\n"
+                   "    closed.append(self)\n"
+                   "    if len(closed) == 2:\n"
+                   "        os.kill(os.getpid(), signal.SIGINT)\n"
+                   "    close(self)\n"
+                   "modelci.journal.Journal.close = second\n")
+    project.workloads(QUICK)
+    cut = project.cli("calibrate", "--target", "current", "--suite", "suite", "--runs", "3", "--json",
+                      "report.json")
+    assert cut.returncode == 130, cut.stderr
+    assert project.stored("SELECT id, status FROM runs ORDER BY id") == [(1, "complete"), (2, "complete")]
+    assert project.report()["run_ids"] == [1, 2]
+    assert "run 2 stored as complete" in cut.stderr, cut.stderr
+    project.assert_clean(cut)
+
+
 def test_a_half_removed_journal_of_a_stored_run_is_removed_not_warned_about(project):
     """What an earlier version's cut removal left (a stored run's journal without its meta or its run, some
     results still there) is recognised by its name in the history and removed, with one line saying so."""
