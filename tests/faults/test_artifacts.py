@@ -191,6 +191,32 @@ def test_a_corrupt_blob_of_the_baseline_is_said_in_its_finding_and_the_rest_is_j
     assert "output:z" in project.cli("alarms", "list").stdout
 
 
+def test_a_baseline_whose_arrays_another_machine_kept_says_its_outputs_were_not_compared(project, tmp_path):
+    """Two machines sharing one history, each with its own artifact folder (PostgreSQL with the default
+    `artifacts`): every output of a baseline stored by the other machine was "new" in the console, the run passed,
+    and only the JSON said that nothing was compared. The console and the Markdown summary now say it, and what
+    a shared history needs."""
+    from fakewheels import build_fake_wheel
+
+    old, new = (build_fake_wheel(tmp_path / "wheels", "fakefw", version) for version in ("1.0", "1.1"))
+    # z differs on every run, so its array is one that only the machine that stored it holds
+    project.workloads(QUICK.replace('return {"y": [self.w, 2.0]}',
+                                    'return {"y": [self.w, 2.0], "z": [__import__("time").time() % 1.0]}'))
+    project.extra_env["MODELCI_ARTIFACTS"] = str(project.root / "machine-a")
+    assert project.cli("run", "--target", str(old), "--suite", "suite").returncode == 0
+    project.extra_env["MODELCI_ARTIFACTS"] = str(project.root / "machine-b")
+    done = project.cli("run", "--target", str(new), "--suite", "suite", "--markdown", "summary.md")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    assert "not compared" in out and "suite/Quick output:z not compared: the baseline's stored array cannot be " \
+        "read (artifact" in out, out
+    assert "they need one artifact store that all of them reach" in out
+    summary = (project.root / "summary.md").read_text()
+    assert "⚠️ no regression found, but 1 output not compared" in summary
+    assert "they need one artifact store that all of them reach" in summary
+    project.assert_clean(done)
+
+
 @pytest.mark.parametrize("url, says", [
     ("nosuchproto://bucket/prefix", "Protocol not known"),
     ("{root}/modelci.toml/under-a-file", "Not a directory"),

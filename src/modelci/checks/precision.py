@@ -264,6 +264,24 @@ def _summary(numbers: dict[str, Any]) -> str:
     return ", ".join(parts) or "values differ"
 
 
+#: said once when a baseline's arrays are not where this run looks: on a history shared by several machines
+#: (PostgreSQL) with each machine's own artifact folder (the default), every output of a baseline another machine
+#: stored was "not compared", and the run passed with its outputs unchecked
+MISSING_ARRAYS = ("a baseline's arrays are not in this run's artifact store: when several machines share the history, "
+                  "they need one artifact store that all of them reach (`artifacts` or MODELCI_ARTIFACTS: "
+                  "s3://BUCKET/PREFIX, a shared folder), or each checks its outputs only against its own runs")
+
+
+def not_compared(findings: list[Finding]) -> list[Finding]:
+    """The output findings whose stored array could not be read (`check_outputs`): nothing was checked."""
+    return [f for f in findings if "unreadable" in (f.numbers or {})]
+
+
+def missing_arrays(findings: list[Finding]) -> bool:
+    """Whether some of `not_compared(findings)` are arrays absent from the store, rather than damaged ones."""
+    return any("is missing from" in str(f.numbers["unreadable"]) for f in not_compared(findings))
+
+
 def check_outputs(
     current: Mapping[str, Any], baseline: Mapping[str, Any], policy: Callable[[str], Policy]
 ) -> list[Finding]:

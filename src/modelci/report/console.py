@@ -235,9 +235,13 @@ def render_baseline_rules(comparisons: list[Any], out: Console) -> None:
 
 
 def _verdict_summary(findings: list[Any]) -> str:
+    from modelci.checks.precision import not_compared
+
     worst = [f for f in findings if f.verdict == "regression" and f.gating]
     if worst:
         return f"[bold red]{len(worst)} regression{'s' * (len(worst) > 1)}[/]"
+    if not_compared(findings):  # "new" read as checked and fine
+        return "[yellow]not compared[/]"
     if any(f.verdict == "new" for f in findings):
         return "[blue]new[/]"
     if any(f.verdict == "improvement" for f in findings):
@@ -265,7 +269,16 @@ def saved_summary(result: Any) -> str:
 
 
 def render_problems(comparisons: list[Any], out: Console) -> None:
-    """Failures with their reason and stderr tail, failed saves, then findings that are not ok."""
+    """Failures with their reason and stderr tail, failed saves, then findings that are not ok, and the outputs
+    that could not be compared."""
+    from modelci.checks.precision import MISSING_ARRAYS, missing_arrays, not_compared
+
+    for comparison in comparisons:
+        for finding in not_compared(comparison.findings):
+            out.print(f"[yellow]{escape(comparison.result.workload)} {escape(finding.message)}[/]: "
+                      f"{escape(finding.reason)}")
+    if missing_arrays([f for c in comparisons for f in c.findings]):
+        out.print(f"[yellow]{escape(MISSING_ARRAYS)}[/]")
     for comparison in comparisons:
         result = comparison.result
         render_failure(result, out)

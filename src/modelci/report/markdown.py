@@ -25,12 +25,15 @@ def _failed(comparison: Any) -> bool:
 
 
 def _problems(comparison: Any) -> str:
-    """The findings worth a glance: gating regressions, then report-only ones, then history change points."""
+    """The findings worth a glance: gating regressions, then report-only ones, then the outputs not compared."""
+    from modelci.checks.precision import not_compared
+
     findings = comparison.findings
     gating = [f for f in findings if f.verdict == "regression" and f.gating and f.check != "status"]
     soft = [f for f in findings if f.verdict == "regression" and not f.gating]
     parts = [f"🔴 **{cell(f.check)}** {cell(f.message)}" for f in gating]
     parts += [f"🟠 {cell(f.check)} (report-only) {cell(f.message)}" for f in soft]
+    parts += [f"⚠️ {cell(f.message)}: {cell(f.reason)}" for f in not_compared(findings)]
     if comparison.result.status not in ("ok", "skipped") and comparison.result.reason:
         parts.insert(0, cell(comparison.result.reason.strip().splitlines()[0][:300]))
     if not parts:
@@ -114,12 +117,17 @@ def _baseline_rules(comparisons: list[Any]) -> list[str]:
 
 def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
     """The summary of `modelci run`: verdict, target, runner, the workload table and the alarm events."""
+    from modelci.checks.precision import MISSING_ARRAYS, missing_arrays, not_compared
+
     bad = any(_failed(c) for c in outcome.comparisons)
     verdict = "❌ regression or failure" if bad else "✅ no regression"
     if getattr(outcome, "interrupted", False):
         verdict = "⚠️ interrupted: only the workloads that finished, not compared"
     if getattr(outcome, "unstored", ""):
         verdict = "⚠️ not stored (the history refused it), not compared"
+    unchecked = [f for c in outcome.comparisons for f in not_compared(c.findings)]
+    if unchecked and verdict == "✅ no regression":
+        verdict = f"⚠️ no regression found, but {len(unchecked)} output{'s' * (len(unchecked) > 1)} not compared"
     counts: dict[str, int] = {}
     for comparison in outcome.comparisons:
         counts[comparison.result.status] = counts.get(comparison.result.status, 0) + 1
@@ -130,6 +138,7 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
         f"environment `{str(outcome.environment.id)[:12]}` · {len(outcome.comparisons)} workloads: "
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
         "",
+        *([MISSING_ARRAYS, ""] if missing_arrays(unchecked) else []),
         *comparisons_table(outcome.comparisons),
         *(_baseline_rules(outcome.comparisons) if not getattr(outcome, "unstored", "") else []),
         *_alarm_section(outcome, events),
