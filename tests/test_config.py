@@ -145,3 +145,29 @@ def test_a_file_name_with_an_equals_sign_is_still_a_sqlite_path(tmp_path):
             assert "(from cli) is a libpq connection string" in str(exc)
         else:
             raise AssertionError(f"{value!r} was taken for a file")
+
+
+def test_a_command_in_a_subfolder_of_the_repository_reads_the_projects_config(tmp_path):
+    """In a CI step whose working directory is a subfolder of the checkout, modelci read no config: it asked to
+    "set `suites` in modelci.toml" beside a file that does, or made a new empty history there and passed. The
+    config is looked for up to the repository's root, as git looks for its repository; its relative paths stay
+    the file's."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "models" / "deep").mkdir(parents=True)
+    (repo / "modelci.toml").write_text('runner = "from-the-root"\nsuites = ["models"]\n')
+    cfg = config_module.load(cwd=repo / "models" / "deep", environ={})
+    assert cfg.runner == "from-the-root" and cfg.file == repo / "modelci.toml"
+    assert cfg.db == str(repo / ".modelci" / "history.db")
+    # the nearest wins: a subproject's own config, here a [tool.modelci] table
+    (repo / "models" / "pyproject.toml").write_text('[tool.modelci]\nrunner = "from-models"\n')
+    assert config_module.load(cwd=repo / "models" / "deep", environ={}).runner == "from-models"
+    # nothing above the repository's root is the project's, nor anything above a folder outside a repository
+    (tmp_path / "modelci.toml").write_text('runner = "from-above"\n')
+    (repo / "modelci.toml").unlink()
+    (repo / "models" / "pyproject.toml").unlink()
+    assert config_module.load(cwd=repo / "models", environ={}).file is None
+    (tmp_path / "plain" / "sub").mkdir(parents=True)
+    (tmp_path / "plain" / "modelci.toml").write_text('runner = "not-a-repository"\n')
+    assert config_module.load(cwd=tmp_path / "plain" / "sub", environ={}).file is None
+    assert config_module.load(cwd=tmp_path / "plain", environ={}).runner == "not-a-repository"

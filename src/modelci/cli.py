@@ -26,7 +26,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     parser = argparse.ArgumentParser(prog="modelci", description="Model-level CI for machine-learning frameworks.")
     parser.add_argument("--version", action="version", version=f"modelci {__version__}")
     parser.add_argument("--config", action=Once,
-                        help="config file (default: ./modelci.toml or [tool.modelci] in ./pyproject.toml)")
+                        help="config file (default: modelci.toml or [tool.modelci] in pyproject.toml, here or in "
+                             "the nearest folder above, up to the git repository's root)")
     parser.add_argument("--db", action=Once, help="history database: SQLite path or SQLAlchemy URL (env MODELCI_DB)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -184,6 +184,21 @@ def find_file(start: Path) -> tuple[Path | None, dict[str, Any]]:
 CONFIG_FILES = ("modelci.toml", "pyproject.toml")
 
 
+def find_project_file(cwd: Path) -> tuple[Path | None, dict[str, Any]]:
+    """The config file of the project `cwd` is in: `find_file` in `cwd`, else in each folder above it up to the
+    root of the git repository that holds it, as git finds its repository. A command run from a subfolder of the
+    project (a CI step's working directory) read no config: it said "set `suites` in modelci.toml" beside a file
+    that does, or made a new, empty history there and passed against it. Outside a repository only `cwd` is
+    read, so that a stray modelci.toml in a folder above (a home folder, /tmp) configures nothing by surprise."""
+    cwd = cwd.resolve()
+    top = next((folder for folder in (cwd, *cwd.parents) if (folder / ".git").exists()), cwd)
+    for folder in (cwd, *cwd.parents):
+        found = find_file(folder)
+        if found[0] is not None or folder == top:
+            return found
+    return None, {}
+
+
 def shadowed(path: Path | None) -> Path | None:
     """The pyproject.toml beside `path` (a modelci.toml) when it has a [tool.modelci] table, which `path` then
     wins over; None otherwise, and when that pyproject.toml cannot be read (it configures nothing then)."""
@@ -269,7 +284,7 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
                                 "project's modelci.toml")
             data = table
     else:
-        path, data = find_file(cwd)
+        path, data = find_project_file(cwd)
     where = str(path) if path else "config"
     root = path.parent.resolve() if path else cwd.resolve()
 
