@@ -17,7 +17,10 @@ def _kill_while_hanging(project, source: str, signum: int) -> None:
     wait_for(lambda: project.marker("hanging").exists() or proc.poll() is not None, 120, "the hanging workload")
     assert proc.poll() is None, proc.communicate()
     hanging = int(project.marker("hanging").read_text())
-    assert hanging in processes_with(project.token)  # the probe can see the processes it must not find after
+    # the probe can see the processes it must not find after. Waited for: the workload writes the pid once Popen
+    # returns, which can be before the kernel has set up the new program's environment (an exec in progress
+    # reads as an empty /proc/PID/environ)
+    wait_for(lambda: hanging in processes_with(project.token), 10, "the probe to see the hanging process")
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum), err
