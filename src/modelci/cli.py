@@ -21,6 +21,10 @@ from modelci import __version__
 from modelci.commands import COMMANDS, EXIT_INTERRUPTED, Once
 
 
+#: the commands that judge results against the [[allow]] entries, which an expired entry stops
+JUDGING = {"run", "compare", "calibrate", "bisect", "compat"}
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     """The argument parser of every command, and command name -> its module."""
     parser = argparse.ArgumentParser(prog="modelci", description="Model-level CI for machine-learning frameworks.")
@@ -79,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             # "" fell back to ./modelci.toml, another config than the one the user meant to name
             raise UserError("--config '': give the config file's path, or leave --config out for ./modelci.toml")
         # `init` writes a new project's config: a broken one in the current folder is none of its business
-        cfg = None if args.command == "init" else config_module.load(cli=cli_values, config_file=args.config)
+        # an expired [[allow]] entry stops the commands that judge, so that the difference it silenced comes back
+        # to someone; the others (the alarms to triage it, the history, the dashboard) go on and say it
+        lenient = args.command not in JUDGING
+        cfg = None if args.command == "init" else config_module.load(cli=cli_values, config_file=args.config,
+                                                                     lenient=lenient)
+        for message in cfg.expired_allow if cfg is not None else ():
+            console(stderr=True).print(f"[yellow]note:[/] {escape(message)}")
         if cfg is not None and cfg.ignored is not None:
             note = (f"{cfg.file} configures modelci, so the [tool.modelci] table in {cfg.ignored} is ignored; keep "
                     "one of the two")

@@ -123,6 +123,8 @@ class Config:
     #: a pyproject.toml beside the modelci.toml in use whose [tool.modelci] table is therefore ignored (the
     #: command says so: an edit there would otherwise change nothing, silently)
     ignored: Path | None = None
+    #: [[allow]] entries past their date, said by a command that judges nothing (`load(lenient=True)`)
+    expired_allow: list[str] = field(default_factory=list)
     #: the options whose value in the config file holds a password (a URL's `user:secret@`, a `password=`): the
     #: command says where to give it instead, since the file is committed and read by whoever reads the repository
     secrets_in_file: list[str] = field(default_factory=list)
@@ -262,9 +264,11 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = None, cwd: Path | None = None,
-         environ: dict[str, str] | None = None, today: date | None = None) -> Config:
+         environ: dict[str, str] | None = None, today: date | None = None, lenient: bool = False) -> Config:
     """Resolve the configuration with precedence CLI > environment > file > default. `today` is the date
-    [[allow]] entries expire against (default: the local date)."""
+    [[allow]] entries expire against (default: the local date). `lenient`: an expired [[allow]] entry is kept in
+    `expired_allow` rather than refused, for a command that judges nothing (listing or acknowledging alarms,
+    the dashboard), which an expired entry must not stop when someone needs it to look at the regression."""
     cwd = cwd or Path.cwd()
     environ = os.environ if environ is None else environ
     if config_file:
@@ -334,13 +338,16 @@ def load(cli: dict[str, Any] | None = None, config_file: str | Path | None = Non
     from modelci.alarms import settings as alarm_settings
     from modelci.records import redacted
 
+    expired: list[str] = []
     secrets = [key for key, value in values.items() if sources[key].startswith("file:") and isinstance(value, str)
                and redacted(value) != value]
     return Config(**values, sources=sources, checks=checks, overrides=overrides, file=path, root=root,
                   ignored=None if config_file else shadowed(path), secrets_in_file=secrets,
                   env=validate_env(data.get("env", {}), f"{where}: [env]", root),
                   policies=alarm_settings.validate_policy_entries(data.get("policy", []), where, validate_policy),
-                  allow=alarm_settings.validate_allow(data.get("allow", []), where, today or date.today()),
+                  allow=alarm_settings.validate_allow(data.get("allow", []), where, today or date.today(),
+                                                      expired if lenient else None),
+                  expired_allow=expired,
                   notify=alarm_settings.validate_notify(data.get("notify", []), where),
                   alarms=alarm_settings.validate_alarm_settings(data.get("alarms", {}), where))
 

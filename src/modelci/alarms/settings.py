@@ -96,9 +96,10 @@ def check_policy_metrics(policies: Iterable[dict], known: Iterable[str], where: 
         )
 
 
-def validate_allow(entries: Any, where: str, today: date) -> list[dict]:
+def validate_allow(entries: Any, where: str, today: date, expired: list[str] | None = None) -> list[dict]:
     """Check the [[allow]] entries: a workload and/or metric glob, a reason and an expiry date (PyTorch's
-    compatibility allowlist). An entry past its date is an error, so that a silenced difference resurfaces."""
+    compatibility allowlist). An entry past its date is an error, so that a silenced difference resurfaces; with
+    `expired` (a list), it is said there instead and silences nothing, for the commands that judge nothing."""
     checked = []
     for number, entry in enumerate(_tables(entries, where, "allow"), 1):
         label = f"{where}: [[allow]] entry {number}"
@@ -121,11 +122,13 @@ def validate_allow(entries: Any, where: str, today: date) -> list[dict]:
         expires = parse_date(entry.get("expires"), f"{label}: key 'expires'")
         pattern = f"workload={entry.get('workload', '*')!r}, metric={entry.get('metric', '*')!r}"
         if expires < today:
-            raise UserError(
-                f"{label} ({pattern}, reason {reason.strip()!r}) expired on {expires.isoformat()}: it no longer "
-                "silences anything. Remove it once the difference is fixed, or set a later 'expires' if it is still "
-                "known and accepted"
-            )
+            message = (f"{label} ({pattern}, reason {reason.strip()!r}) expired on {expires.isoformat()}: it no "
+                       "longer silences anything. Remove it once the difference is fixed, or set a later 'expires' "
+                       "if it is still known and accepted")
+            if expired is None:
+                raise UserError(message)
+            expired.append(message)
+            continue
         checked.append({"workload": entry.get("workload", "*"), "metric": entry.get("metric", "*"),
                         "reason": reason.strip(), "expires": expires, "_entry": number})
     return checked
