@@ -207,6 +207,23 @@ def test_bisect_into_an_older_consumer_names_the_commit_whose_models_it_no_longe
                build="pythonpath", log=lambda _: None)
 
 
+def test_bisect_into_the_good_end_itself_finds_the_commit_that_build_can_no_longer_load(tiny):
+    """`--into c0 --good c0`: since c0, which commit's models can c0 no longer load? The good end loads its own
+    models (trivially good), also when c0 built the other way is in the store too."""
+    for build in ("pythonpath", "wheel"):
+        workflow.run(tiny["cfg"], spec(tiny, "c0", build), [str(tiny["suite"])], "OwnFormat", reuse=True)
+    itself = compat.check(tiny["cfg"], spec(tiny, "c0"), [str(tiny["suite"])], "OwnFormat",
+                          from_spec=tiny["c"]["c0"][:10], direction="forward")
+    assert by_cell(itself) == {("tinysuite/OwnFormat", "tinynet"): "ok"}
+    # c0 is checked once, in the target's own build, not again as the wheel built from it
+    assert {e.consumer["label"] for e in itself.entries} == {itself.target.label}
+    result = bisect(tiny["cfg"], [str(tiny["suite"])], "tinysuite/OwnFormat", repo=str(tiny["repo"].path),
+                    good=tiny["c"]["c0"], bad=tiny["c"]["c5"], check="compat", into_spec=tiny["c"]["c0"][:10],
+                    build="pythonpath", log=lambda _: None)
+    assert result.status == "found", result.message
+    assert result.culprit.item == tiny["c"]["c2"] and result.last_good.item == tiny["c"]["c1"]
+
+
 def test_a_forward_compat_alarm_is_bisected_to_the_commit_whose_models_the_consumer_no_longer_loads(tiny, tmp_path):
     """`modelci compat --direction forward --bisect-on-alarm`: c5's models do not load in c0, which opens a
     forward alarm (producer c5, consumer c0); it is bisected with each probe's models loaded into c0."""

@@ -409,6 +409,11 @@ class Producers:
             # the release: not a commit that happens to carry the same version
             self.build = {"name": other.name, "version": other.version, "commit": ""}
 
+    def names(self, build: dict[str, Any]) -> bool:
+        """Whether the selection names `build` itself: `--from` its ref or spec, or a specifier set holding its
+        version (a plain minimum version only ever takes older builds)."""
+        return (self.build is not None or self.specifier is not None) and self.takes(build)
+
     def describe(self) -> str:
         """The selection in words, for messages."""
         if self.build is not None:
@@ -456,6 +461,11 @@ def _ref_in(target: Any, text: str, cache_dir: Path | str) -> str | None:
 
 def _same_build(producer: dict[str, Any], target: dict[str, Any]) -> bool:
     return all(str(producer.get(k) or "") == str(target.get(k) or "") for k in ("name", "version", "commit"))
+
+
+def _same_commit(producer: dict[str, Any], target: dict[str, Any]) -> bool:
+    """Two builds of one commit (built as a wheel and with pythonpath, say)."""
+    return bool(target.get("commit")) and producer.get("commit") == target.get("commit")
 
 
 def _selected(manifests: list[dict[str, Any]], suites: dict[str, Path], pattern: str | None) -> list[dict[str, Any]]:
@@ -523,10 +533,18 @@ def check(config: Any, target_spec: str, suite_specs: list[str], pattern: str | 
     ordered: list[dict[str, Any]] = []
     if direction in ("forward", "both"):
         own = latest([m for m in ours if _same_build(m["producer"], consumer)])
+        # a selection that names the target's own build (`--from`/`--into` its ref or spec, or a specifier set
+        # holding its version) has it load its own models, as the backward way does: the good end of `bisect
+        # --into` the very build it starts from is then trivially good rather than "no stored builds". The
+        # target stands for its commit, so another build of that commit (wheel beside pythonpath) is not
+        # checked a second time
+        itself = producers.names(consumer)
         others = {m["producer"]["label"]: m["producer"] for m in latest(ours)
-                  if producers.takes(m["producer"]) and not _same_build(m["producer"], consumer)}
-        ordered = sorted(others.values(), key=producers.sort_key)
-        plan += [(producer, None, own, "forward") for producer in ordered] if own else []
+                  if producers.takes(m["producer"]) and not _same_build(m["producer"], consumer)
+                  and not (itself and _same_commit(m["producer"], consumer))}
+        ordered = sorted(others.values(), key=producers.sort_key) + ([consumer] if itself else [])
+        plan += [(producer, env if producer is consumer else None, own, "forward")
+                 for producer in ordered] if own else []
     unsaved = []
     if direction in ("backward", "both"):
         unsaved += unsaved_entries(store, target.name, producers.takes, consumer, "backward", suites, pattern,
