@@ -154,6 +154,16 @@ def test_a_commit_that_does_not_build_gives_error_results_not_a_stopped_run(proj
         "suite/Crash", "suite/Noisy", "suite/Numeric", "suite/SavedModel", "suite/Slow"]
 
 
+def test_a_commit_whose_pyproject_does_not_parse_is_said_to_be_untestable_not_nameless(project):
+    # it said "give the package a name ... or build it with --build wheel": the file is broken, not nameless,
+    # and a wheel build reads it too
+    spec = targets.git_spec(str(project["repo"].path), project["shas"]["broken"], "pythonpath")
+    [result] = workflow.run(project["cfg"], spec, [str(project["suite"])], "Numeric").results
+    assert result.status == "error"
+    assert "its pyproject.toml is not valid TOML (" in result.reason and "untestable" in result.reason
+    assert "give the package a name" not in result.reason and "build it with --build wheel" not in result.reason
+
+
 def test_a_history_that_refuses_a_failed_build_shows_its_errors_like_any_run_it_refuses(project):
     # failed_build stored its error results past workflow._ingest: a refusing history was a bare StoreWriteError,
     # with no results shown, no report files and no advice

@@ -300,6 +300,11 @@ def _pythonpath_build(project: Path, plan: BuildPlan, sha: str, tmp: Path, label
     and bisect; a project whose metadata names no package does not build, with the reason."""
     try:
         meta = projectmeta.of_checkout(project, python)
+    except projectmeta.UnparsableFile as exc:
+        # not a nameless project: naming the package or building a wheel cannot help, a wheel build reads the
+        # same broken file
+        raise BuildError(f"{label} did not build: its {exc}, so no build of this commit can read its metadata "
+                         "(--build wheel neither); the commit is untestable", str(exc)) from None
     except projectmeta.MetadataError as exc:
         raise BuildError(f"{label} did not build: {exc}; give the package a name in pyproject.toml "
                          "([project] name) or setup.cfg, or build it with --build wheel", str(exc)) from None

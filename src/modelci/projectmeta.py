@@ -35,6 +35,10 @@ class MetadataError(Exception):
     """A metadata file that exists but cannot be read (invalid TOML, a setup.py that fails)."""
 
 
+class UnparsableFile(MetadataError):
+    """A metadata file that does not parse: every way of building the commit reads it, so none can."""
+
+
 @dataclass
 class ProjectMeta:
     """What the project's metadata says; `source` names the file and table the name came from."""
@@ -55,7 +59,7 @@ def static(read: Callable[[str], str | None]) -> ProjectMeta:
         try:
             data = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise MetadataError(f"pyproject.toml is not valid TOML ({exc})") from None
+            raise UnparsableFile(f"pyproject.toml is not valid TOML ({exc})") from None
         project = data.get("project") if isinstance(data.get("project"), dict) else {}
         dynamic = set(project.get("dynamic") or [])
         if isinstance(project.get("name"), str) and project["name"]:
