@@ -314,6 +314,34 @@ def test_cli_exit_codes_and_reports(project, tmp_path):
     assert nothing.returncode == 2 and "not a pass" in nothing.stderr and "Traceback" not in nothing.stderr
 
 
+def test_a_consumer_that_cannot_be_set_up_is_a_setup_error_not_a_regression(tmp_path, env_cache, monkeypatch):
+    """The wheel of the older build was moved away: its models cannot be loaded there, which says nothing about
+    compatibility. Each is `not_checked`, with the missing path; no alarm, and exit 2 as for an empty store."""
+    paths = write_project(tmp_path / "moved", env_cache)
+    for key in [k for k in os.environ if k.startswith("MODELCI_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("MODELCI_FIND_LINKS", str(paths["wheels"]))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.chdir(tmp_path / "moved")
+    cfg = config_module.load()
+    for version in ("v1", "v2"):
+        workflow.run(cfg, str(paths[version]), [str(paths["suite"])], "Stable")
+    gone = paths["v1"].rename(tmp_path / paths["v1"].name)
+    done = subprocess.run([sys.executable, "-m", "modelci.cli", "compat", "--target", str(paths["v2"]), "--suite",
+                           str(paths["suite"]), "-k", "Stable", "--direction", "forward", "--from", "compatfw==1.0",
+                           "--json", str(tmp_path / "c.json")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "alarm opened" not in done.stdout
+    assert f"{paths['v1']}': no such wheel file" in done.stderr and "not a pass" in done.stderr
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["regressed"] is False and report["summary"] == {"not_checked": 2}
+    # put back, the same check loads them
+    gone.rename(paths["v1"])
+    outcome = compat.check(cfg, str(paths["v2"]), [str(paths["suite"])], "Stable", from_spec="compatfw==1.0",
+                           direction="forward")
+    assert set(outcomes(outcome).values()) == {"ok"}
+
+
 def test_a_format_a_version_lacks_is_skipped_with_its_reason_in_the_runs_output(project):
     """compatfw 2.0 dropped `text`: Legacy's run saves json and shows why text was not saved."""
     done = subprocess.run([sys.executable, "-m", "modelci.cli", "run", "--target", str(project["v2"]), "--suite",

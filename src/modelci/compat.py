@@ -52,11 +52,15 @@ from modelci.workload.processes import signal_name
 #: own: a producer whose artifacts cannot be read is a finding, not a skip. `save_failed` and `not_saved`: the
 #: producer's run declared the format but saved nothing of it (its `save` failed or wrote nothing at its path;
 #: the format was skipped), so there is no model to load; shown, so that compat never passes on silence.
+#: `not_checked`: the consumer build could not be set up here (its wheel was moved away, its environment does not
+#: install), so nothing was loaded in it.
 OUTCOMES = ("ok", "load_failed", "outputs_differ", "unsupported", "missing", "unreadable", "save_failed",
-            "not_saved")
+            "not_saved", "not_checked")
 #: a workload deleted from the suite is the suite author's choice, not a break of the framework; a save that
-#: failed was the producer's run's failure, reported there: reported only
-NOT_GATING = ("ok", "missing", "save_failed", "not_saved")
+#: failed was the producer's run's failure, reported there: reported only. A consumer that could not be set up
+#: says nothing about whether the model loads: a setup problem, which fails the command as one (exit 2), not as a
+#: regression, and opens no alarm
+NOT_GATING = ("ok", "missing", "save_failed", "not_saved", "not_checked")
 #: the entry outcome of a producer's save status other than ok (result info["saved"])
 UNSAVED = {"failed": "save_failed", "skipped": "not_saved"}
 DIRECTIONS = ("backward", "forward", "both")
@@ -117,6 +121,18 @@ class CompatOutcome:
     def regressed(self) -> bool:
         """Whether any entry is a regression."""
         return any(e.gating for e in self.entries)
+
+    @property
+    def unchecked(self) -> str:
+        """Why some models were not checked because a consumer build could not be set up, in one line for the
+        command's error ("" when every consumer was): once per consumer."""
+        why = {e.consumer.get("label", "?"): e.error for e in self.entries if e.outcome == "not_checked"}
+        if not why:
+            return ""
+        count = sum(1 for e in self.entries if e.outcome == "not_checked")
+        return (f"compat could not check {count} saved model(s): " + "; ".join(why.values()) + ". Nothing was "
+                "loaded there, so this is not a pass: make that build installable again (its spec is kept in the "
+                "saved models' manifests), or leave it out with --from")
 
 
 def target_dict(target: Any) -> dict[str, Any]:
@@ -728,8 +744,9 @@ def check_in(config: Any, consumer: dict[str, Any], env: Any, manifests: list[di
     folder.mkdir(parents=True, exist_ok=True)
     try:
         env = _consumer_env(config, consumer, env, manifests, progress)
-    except UserError as exc:  # HarnessError too: a consumer that cannot be set up is a finding for each model
-        return [_entry(m, consumer, direction, "load_failed",
+    except UserError as exc:  # HarnessError too
+        # not a break of compatibility: nothing was loaded, so each model is `not_checked`, with the reason
+        return [_entry(m, consumer, direction, "not_checked",
                        f"the environment of {consumer['label']} could not be prepared: {exc}") for m in manifests]
     entries: dict[int, CompatEntry] = {}
     jobs = []
@@ -865,7 +882,8 @@ def raise_alarms(config: Any, store: Any, outcome: CompatOutcome) -> tuple[list[
 
     observations = []
     for e in outcome.entries:
-        if e.outcome in ("missing", "save_failed", "not_saved"):  # nothing was loaded: it neither breaks nor heals
+        # nothing was loaded: it neither breaks nor heals
+        if e.outcome in ("missing", "save_failed", "not_saved", "not_checked"):
             continue
         producer, consumer = e.producer.get("label", "?"), e.consumer.get("label", "?")
         metric = (f"compat:{e.format}:saved by {producer}" if e.direction == "backward"

@@ -7,7 +7,8 @@ entries are folded into one result per workload, so that the search and the repo
 - `ok`: every saved model of the producer loads in the probe's build and gives the producer's outputs;
 - `failed`: one does not (`load_failed`, `outputs_differ`, `unsupported`, `unreadable`); the reason lists each
   format's outcome and error;
-- `error`: the probe's build or environment could not be made, so it cannot be judged (a skip).
+- `error`: the probe's build or environment, or the consumer's (`not_checked`), could not be made, so it cannot
+  be judged (a skip).
 
 The producer is `--from` (a ref of the repository, a target spec, a version); without it the good end is the
 producer, and it is run first (with reuse) so that its saved models are in the store.
@@ -115,18 +116,18 @@ def fold(entries: list[Any]) -> dict[str, Result]:
         by_workload.setdefault(entry.workload, []).append(entry)
     results = {}
     for workload, found in by_workload.items():
-        unbuilt = [e for e in found if e.outcome == "load_failed" and "could not be prepared" in e.error]
+        unbuilt = [e for e in found if e.outcome == "not_checked"]
         bad = [e for e in found if e.gating]
-        if unbuilt and len(unbuilt) == len(bad):
-            status = "error"  # the probe's environment could not be made: untestable, not bad
-        elif bad:
+        if bad:
             status = "failed"
+        elif unbuilt:
+            status = "error"  # the consumer's environment could not be made: untestable, not bad
         elif all(e.outcome == "missing" for e in found):
             status = "error"  # the suite has no such workload: nothing was loaded
         else:
             status = "ok"
         reason = "; ".join(f"{e.format}: {e.outcome}" + (f" ({e.error.splitlines()[0]})" if e.error else "")
-                           for e in (bad or found))
+                           for e in (bad or unbuilt or found))
         outcomes = {f"{e.format} saved by {e.producer.get('label')}": e.outcome for e in found}
         results[workload] = Result(workload=workload, status=status, reason=reason if status != "ok" else "",
                                    info={"compat": outcomes})
@@ -149,6 +150,8 @@ def evidence(good: Result, bad: Result, good_label: str, bad_label: str, *, what
              at: str = "") -> str:
     """Why the ends bracket a compat break; raises BisectRefused when they do not. `what`, `loads` and `at` word
     it for a forward bisect (each probe's own models into a consumer)."""
+    if good.status == "error":
+        raise BisectRefused(f"the good end {good_label} cannot be tested: {good.reason}")
     if good.status != "ok":
         what = what or f"the producer's models of {good.workload} do not load there"
         raise BisectRefused(f"the good end {good_label} is not good: {what} ({good.reason}); pick a good end where "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, Once, add_selection, build, jobs
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, Once, add_selection, build, jobs
 
 
 def add_parser(sub) -> None:
@@ -85,7 +85,14 @@ def main(args, cfg) -> int:
 
             with files.writing(paths, "the check and the bisects' probes are stored"):
                 json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
-    return EXIT_REGRESSION if outcome.regressed else EXIT_OK
+    if outcome.regressed:
+        return EXIT_REGRESSION
+    if outcome.unchecked:
+        # a consumer that could not be set up is a setup problem, as an empty store is: a usage error (exit 2),
+        # neither a pass nor a regression (exit 1, which CI and bisect read as "this build is bad")
+        views.console(stderr=True).print(f"[red]error:[/] {views.escape(outcome.unchecked)}")
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 def _write_reports(args, outcome) -> None:

@@ -1,8 +1,8 @@
 """The compat matrix: producer build × consumer build, per workload and format, in the console, Markdown and JSON.
 
 Every cell is one outcome (`ok`, `load_failed`, `outputs_differ`, `unsupported`, `missing`, `unreadable`,
-`save_failed`, `not_saved`); each row says how the producer's run saved the format (`saved`: ok, failed,
-skipped, as the run's own summary does); below the matrix each cell that is not ok is spelled out with its
+`save_failed`, `not_saved`, `not_checked`); each row says how the producer's run saved the format (`saved`: ok,
+failed, skipped, as the run's own summary does); below the matrix each cell that is not ok is spelled out with its
 reason, and formats that can execute code on load are named as such.
 """
 
@@ -22,7 +22,7 @@ from modelci.report.console import SAVE_STYLE  # a save's status looks as it doe
 SCHEMA = "modelci.compat/1"
 OUTCOME_STYLE = {"ok": "green", "missing": "yellow", "unsupported": "red", "load_failed": "bold red",
                  "outputs_differ": "bold red", "unreadable": "bold red", "save_failed": "yellow",
-                 "not_saved": "yellow"}
+                 "not_saved": "yellow", "not_checked": "yellow"}
 UNSAFE_NOTE = "executes code on load"
 
 

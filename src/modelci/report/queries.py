@@ -325,7 +325,7 @@ def signature(store: Any) -> tuple:
 
 #: a compat outcome as a status of the dashboard's colours (report/compat_report.py names the outcomes)
 COMPAT_STATUS = {"ok": "ok", "missing": "skipped", "unsupported": "failed", "load_failed": "failed",
-                 "outputs_differ": "regressed", "unreadable": "error"}
+                 "outputs_differ": "regressed", "unreadable": "error", "not_checked": "error"}
 
 
 def compat_table(store: Any) -> dict[str, Any] | None:
