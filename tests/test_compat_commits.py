@@ -142,8 +142,11 @@ def test_bisect_cli_follows_the_models_of_a_named_producer(tiny, tmp_path):
 
 def test_compat_alarm_is_bisected_to_the_commit_that_broke_loading(tiny, tmp_path):
     """`modelci compat --bisect-on-alarm --good REF`: the check opens an alarm per saved model that no longer
-    loads, and each is bisected with --check compat from its producer, as `run --bisect-on-alarm` does."""
-    workflow.run(tiny["cfg"], spec(tiny, "c0"), [str(tiny["suite"])], "OwnFormat", reuse=True)
+    loads, and each is bisected with --check compat from its producer, as `run --bisect-on-alarm` does. c0 run
+    with pythonpath and as a wheel is one producer: two entries, told apart by their build, but one alarm and
+    one bisect."""
+    for build in ("pythonpath", "wheel"):
+        workflow.run(tiny["cfg"], spec(tiny, "c0", build), [str(tiny["suite"])], "OwnFormat", reuse=True)
     out = tmp_path / "compat.json"
     proc = subprocess.run(
         [sys.executable, "-m", "modelci.cli", "compat", "--target", spec(tiny, "c5"), "--suite", str(tiny["suite"]),
@@ -151,13 +154,19 @@ def test_compat_alarm_is_bisected_to_the_commit_that_broke_loading(tiny, tmp_pat
          "--json", str(out)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the check's own verdict: a model no longer loads
-    assert "alarm opened" in proc.stdout and "compat:tinynet:saved by tinynet==0.1.0+g" in proc.stdout
+    assert proc.stdout.count("alarm opened") == 1, proc.stdout
+    assert f"compat:tinynet:saved by tinynet@{tiny['c']['c0'][:10]}" in proc.stdout, proc.stdout
     assert "bisected" in proc.stdout and "Rename the weight key" in proc.stdout, proc.stdout
     report = json.loads(out.read_text())
-    # one bisect per producer build of c0 whose model broke (the other tests also saved c0 built as a wheel)
-    assert report["bisects"] and all(b["check"] == "compat" for b in report["bisects"])
-    assert {(b["result"]["culprit"]["sha"], b["result"]["culprit"]["pr"]) for b in report["bisects"]} == {
-        (tiny["c"]["c2"], 7)}
+    assert [e["outcome"] for e in report["entries"]] == ["load_failed", "load_failed"]
+    assert "[pythonpath]" in proc.stdout and "[wheel]" in proc.stdout, proc.stdout
+    [bisected] = report["bisects"]
+    assert bisected["check"] == "compat"
+    assert (bisected["result"]["culprit"]["sha"], bisected["result"]["culprit"]["pr"]) == (tiny["c"]["c2"], 7)
+    # each probe loads the models of both builds, and its why says whose each outcome is
+    bad = [p["why"] for p in bisected["result"]["probes"] if p["verdict"] == "bad"]
+    assert bad and all("saved by tinynet==0.1.0+g" in why and "[pythonpath]: load_failed" in why
+                       and "[wheel]: load_failed" in why for why in bad), bad
 
 
 def test_a_compat_bisect_cancelled_by_sigterm_keeps_the_check_and_says_how_to_resume(tiny, tmp_path):

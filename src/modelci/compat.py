@@ -484,6 +484,42 @@ def _same_commit(producer: dict[str, Any], target: dict[str, Any]) -> bool:
     return bool(target.get("commit")) and producer.get("commit") == target.get("commit")
 
 
+def how_built(build: dict[str, Any]) -> str:
+    """How a commit's build was made, from its spec: `pythonpath`, `wheel` or `build command`; "" for a build that
+    is not a commit (a release, a wheel file)."""
+    if not build.get("commit") or not str(build.get("spec", "")).startswith("git+"):
+        return ""
+    try:
+        way = targets.parse_git_spec(str(build["spec"]))[2].get("build", "") or "wheel"
+    except UserError:
+        return ""
+    return way.split(":", 1)[0] if way.split(":", 1)[0] in ("pythonpath", "wheel") else "build command"
+
+
+def shown_labels(builds: list[dict[str, Any]]) -> dict[str, str]:
+    """label -> the name to show for it among `builds`: its label, and for a commit that appears built more than
+    one way (a pythonpath run and a wheel run of it) also how, so the two are told apart (their labels differ only
+    in the version's local part)."""
+    labels: dict[str, set[str]] = {}
+    for build in builds:
+        if build.get("commit"):
+            labels.setdefault(str(build["commit"]), set()).add(str(build.get("label", "?")))
+    shown = {}
+    for build in builds:
+        label = str(build.get("label", "?"))
+        way = how_built(build) if len(labels.get(str(build.get("commit") or ""), ())) > 1 else ""
+        shown[label] = f"{label} [{way}]" if way else label
+    return shown
+
+
+def alarm_name(build: dict[str, Any]) -> str:
+    """The name a compat alarm gives a build: a commit is named by the commit alone (`tinynet@0123456789`), so the
+    same commit built two ways is one producer, one alarm and one bisect; anything else by its label."""
+    if build.get("commit") and build.get("name"):
+        return targets.label("git", str(build["name"]), None, str(build["commit"]), None, str(build.get("spec", "")))
+    return str(build.get("label", "?"))
+
+
 def _selected(manifests: list[dict[str, Any]], suites: dict[str, Path], pattern: str | None) -> list[dict[str, Any]]:
     """The manifests whose workload is in the chosen suites and that -k selects (`selection.select`)."""
     return selection.select(pattern, [m for m in manifests if m.get("suite") in suites], lambda m: m["workload"])
@@ -875,26 +911,40 @@ def raise_alarms(config: Any, store: Any, outcome: CompatOutcome) -> tuple[list[
 
     The alarm's key is the runner, the workload, check `compat` and the metric `compat:FORMAT:saved by
     PRODUCER` (forward: `FORMAT:PRODUCER->CONSUMER`): the next build that still cannot load the same model is the
-    same alarm, seen again, not a new one. Its numbers keep the producer's spec, which `--bisect-on-alarm` hands
+    same alarm, seen again, not a new one. A commit is named by the commit alone (`alarm_name`), so its builds
+    (pythonpath, wheel) are one producer. Its numbers keep the producer's spec, which `--bisect-on-alarm` hands
     to `bisect --check compat --from`. A workload deleted from the suite (`missing`) is no alarm.
     """
     from modelci.alarms import lifecycle, notify
 
-    observations = []
+    shown = shown_labels([b for e in outcome.entries for b in (e.producer, e.consumer)])
+    found: dict[tuple[str, str], list[Any]] = {}
     for e in outcome.entries:
         # nothing was loaded: it neither breaks nor heals
         if e.outcome in ("missing", "save_failed", "not_saved", "not_checked"):
             continue
-        producer, consumer = e.producer.get("label", "?"), e.consumer.get("label", "?")
+        producer, consumer = alarm_name(e.producer), alarm_name(e.consumer)
         metric = (f"compat:{e.format}:saved by {producer}" if e.direction == "backward"
                   else f"compat:{e.format}:{producer}->{consumer}")
-        message = f"{e.workload} {e.format} saved by {producer} in {consumer}: {e.outcome}"
+        found.setdefault((e.workload, metric), []).append(e)
+    observations = []
+    for (workload, metric), same in found.items():
+        # the builds of one commit (a pythonpath and a wheel run of it) are one producer: one observation, which
+        # fires when any of them fails, and whose numbers name that build for `--bisect-on-alarm --from`
+        e = next((x for x in same if x.gating), same[0])
+        message = (f"{e.workload} {e.format} saved by {shown.get(e.producer.get('label'), '?')} in "
+                   f"{shown.get(e.consumer.get('label'), '?')}: {e.outcome}")
+        if e.error:
+            message += f" - {e.error.splitlines()[0]}"
+        others = [x for x in same if x is not e]
+        if others:
+            message += "; the same commit built another way: " + "; ".join(
+                f"{shown.get(x.producer.get('label'), '?')} in {shown.get(x.consumer.get('label'), '?')}: "
+                f"{x.outcome}" for x in others)
         numbers = {"outcome": e.outcome, "producer": e.producer.get("spec", ""), "consumer": e.consumer.get("spec", ""),
                    "direction": e.direction, "reason": e.reason.splitlines()[0] if e.reason else "",
                    **({"error": e.error.splitlines()[0]} if e.error else {})}
-        if e.error:
-            message += f" - {e.error.splitlines()[0]}"
-        observations.append(lifecycle.Observation(config.runner, e.workload, "compat", metric, e.gating,
-                                                  message=message, numbers=numbers))
+        observations.append(lifecycle.Observation(config.runner, workload, "compat", metric,
+                                                  any(x.gating for x in same), message=message, numbers=numbers))
     events = lifecycle.apply(store, config, observations, target_label=outcome.target.label)
     return events, notify.deliver(config, events, store=store)

@@ -111,6 +111,8 @@ class CompatProber:
 
 def fold(entries: list[Any]) -> dict[str, Result]:
     """One result per workload from its compat entries (every format, every record of the producer)."""
+    from modelci import compat
+
     by_workload: dict[str, list[Any]] = {}
     for entry in entries:
         by_workload.setdefault(entry.workload, []).append(entry)
@@ -126,7 +128,11 @@ def fold(entries: list[Any]) -> dict[str, Result]:
             status = "error"  # the suite has no such workload: nothing was loaded
         else:
             status = "ok"
-        reason = "; ".join(f"{e.format}: {e.outcome}" + (f" ({e.error.splitlines()[0]})" if e.error else "")
+        # several producer builds (the same commit run with pythonpath and as a wheel): each part says whose it is
+        shown = compat.shown_labels([e.producer for e in found])
+        several = len({e.producer.get("label") for e in found}) > 1
+        reason = "; ".join(f"{e.format}" + (f" saved by {shown.get(e.producer.get('label'), '?')}" if several else "")
+                           + f": {e.outcome}" + (f" ({e.error.splitlines()[0]})" if e.error else "")
                            for e in (bad or unbuilt or found))
         outcomes = {f"{e.format} saved by {e.producer.get('label')}": e.outcome for e in found}
         results[workload] = Result(workload=workload, status=status, reason=reason if status != "ok" else "",

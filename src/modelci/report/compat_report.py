@@ -97,30 +97,41 @@ def _saved(row: dict[str, Any]) -> str:
     return next(iter(row.values())).saved
 
 
-def _where(e: Any) -> str:
-    return f"{e.workload} {e.format} saved by {e.producer.get('label', '?')}, loaded in {e.consumer.get('label', '?')}"
+def _shown(entries: list[Any]) -> dict[str, str]:
+    """label -> how the report names the build: with how a commit was built where it appears built two ways."""
+    from modelci.compat import shown_labels
+
+    return shown_labels([b for e in entries for b in (e.producer, e.consumer)])
+
+
+def _where(e: Any, shown: dict[str, str]) -> str:
+    producer, consumer = e.producer.get("label", "?"), e.consumer.get("label", "?")
+    return (f"{e.workload} {e.format} saved by {shown.get(producer, producer)}, loaded in "
+            f"{shown.get(consumer, consumer)}")
 
 
 def markdown(outcome: Any) -> str:
     """The matrix as Markdown: one table per workload, then the problems and the unsafe formats."""
     lines = [f"# Compatibility: {outcome.target.label}", "", _headline(outcome) + ".", "",
              f"Artifact store: `{outcome.artifacts}`", ""]
-    names = consumers(outcome.entries)
+    names, shown = consumers(outcome.entries), _shown(outcome.entries)
     for workload, by_format in matrix(outcome.entries).items():
-        lines += [f"## {workload}", "", "| format | saved by | saved | " + " | ".join(names) + " |",
+        header = " | ".join(_md(shown.get(c, c)) for c in names)
+        lines += [f"## {workload}", "", f"| format | saved by | saved | {header} |",
                   "|---|---|---|" + "---|" * len(names)]
         for fmt, by_producer in by_format.items():
             unsafe = any(e.unsafe for row in by_producer.values() for e in row.values())
-            shown = f"{fmt} ({UNSAFE_NOTE})" if unsafe else fmt
+            fmt_shown = f"{fmt} ({UNSAFE_NOTE})" if unsafe else fmt
             for producer, row in by_producer.items():
                 cells = [(f"**{row[c].outcome}**" if row[c].gating else row[c].outcome) if c in row else ""
                          for c in names]
-                lines.append(f"| {_md(shown)} | {_md(producer)} | {_saved(row)} | " + " | ".join(cells) + " |")
+                lines.append(f"| {_md(fmt_shown)} | {_md(shown.get(producer, producer))} | {_saved(row)} | "
+                             + " | ".join(cells) + " |")
         lines.append("")
     problems = _problems(outcome)
     if problems:
         lines += ["## Problems", ""]
-        lines += [f"- {_md(_where(e))}: **{e.outcome}**: {_md(e.reason)}" for e in problems]
+        lines += [f"- {_md(_where(e, shown))}: **{e.outcome}**: {_md(e.reason)}" for e in problems]
         lines.append("")
     unsafe = unsafe_formats(outcome.entries)
     if unsafe:
@@ -143,14 +154,14 @@ def write_markdown(path: str | Path, outcome: Any) -> None:
 
 def render(outcome: Any, out: Console) -> None:
     """The matrix in the console: one table per workload, then every cell that is not ok, with its error."""
-    names = consumers(outcome.entries)
+    names, labels = consumers(outcome.entries), _shown(outcome.entries)
     for workload, by_format in matrix(outcome.entries).items():
         table = Table(title=escape(workload), title_justify="left", show_lines=False)
         table.add_column("format")
         table.add_column("saved by")
         table.add_column("saved")
         for name in names:
-            table.add_column(escape(name))
+            table.add_column(escape(labels.get(name, name)))
         for fmt, by_producer in by_format.items():
             unsafe = any(e.unsafe for row in by_producer.values() for e in row.values())
             shown = escape(fmt) + (f" [yellow]({UNSAFE_NOTE})[/]" if unsafe else "")
@@ -158,11 +169,12 @@ def render(outcome: Any, out: Console) -> None:
                 cells = [f"[{OUTCOME_STYLE.get(row[c].outcome, '')}]{row[c].outcome}[/]" if c in row else ""
                          for c in names]
                 saved = _saved(row)
-                table.add_row(shown, escape(producer), f"[{SAVE_STYLE.get(saved, '')}]{escape(saved)}[/]", *cells)
+                table.add_row(shown, escape(labels.get(producer, producer)),
+                              f"[{SAVE_STYLE.get(saved, '')}]{escape(saved)}[/]", *cells)
         out.print(table)
     for e in _problems(outcome):
         style = OUTCOME_STYLE.get(e.outcome, "")
-        out.print(f"[{style}]{e.outcome}[/] {escape(_where(e))}: {escape(e.reason)}")
+        out.print(f"[{style}]{e.outcome}[/] {escape(_where(e, labels))}: {escape(e.reason)}")
     unsafe = unsafe_formats(outcome.entries)
     if unsafe:
         out.print(f"[yellow]formats that can execute code on load:[/] {escape(', '.join(unsafe))} - load them only "
