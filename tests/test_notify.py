@@ -378,3 +378,41 @@ def test_cli_compare_and_run_write_junit_and_markdown_and_notify_on_open(fake_pr
     assert ET.parse(files / "r.xml").getroot().find("testsuite").get("name").startswith("modelci run fakefw==1.1")
     assert "fakesuite/Slow" in (files / "r.md").read_text()
     assert len(receiver.posts) == 1  # the alarm was already open: no second message
+
+
+def _console():
+    import io
+
+    from rich.console import Console
+
+    return Console(file=io.StringIO(), width=400, color_system=None)
+
+
+def test_a_recovery_says_how_the_alarm_is_now_and_which_run_recovered_it(tmp_path, receiver, monkeypatch):
+    from modelci.alarms import views
+
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    history = History(tmp_path / "p", WEBHOOK)
+    history.run("1.0", [timed("suite/Raises", 0.1)])
+    history.run("1.1", [timed("suite/Raises", status="failed", reason="RuntimeError: boom")])
+    recovered = history.run("1.2", [timed("suite/Raises", 0.1, seed=2)])
+    opened, back = receiver.posts
+    assert "- OPENED #1 [status] suite/Raises status:status: status failed: RuntimeError: boom" in opened["text"]
+    # the failure is kept as context, after how it is now and where that was seen
+    assert ("- RECOVERED #1 [status] suite/Raises status:status in run 3 on fw==1.2: status ok "
+            "(was: status failed: RuntimeError: boom)") in back["text"]
+    assert back["modelci"]["events"][0]["detail"] == "status ok"
+    out = _console()
+    views.render_alarm_report(recovered.alarms, out)
+    assert "suite/Raises status:status: status ok (was: status failed: RuntimeError: boom)" in out.file.getvalue()
+    out = _console()
+    views.render_alarms(lifecycle.list_alarms(history.store), out)
+    assert "run 3: status ok (was: status failed: RuntimeError: boom)" in out.file.getvalue()
+    out = _console()
+    views.render_alarm(lifecycle.get_alarm(history.store, 1), out)
+    assert "recovered        in run 3: status ok" in out.file.getvalue()
+    assert "✅ recovered alarm #1" in markdown.alarms_summary(recovered.alarms.events)
+    assert "status ok (was: status failed: RuntimeError: boom)" in markdown.alarms_summary(recovered.alarms.events)
+    from modelci.report import site
+
+    assert site.collect_alarms(history.store)[0]["message"] == "status ok (was: status failed: RuntimeError: boom)"

@@ -85,6 +85,12 @@ class Alarm:
     #: what the last bisect of this alarm found (`run --bisect-on-alarm`): "first bad: <sha> <subject> ...", or
     #: why it found nothing; "" when the alarm was never bisected
     culprit: str = ""
+    #: while recovered: what the run that recovered it said ("status ok") and that run's id
+    recovery: str = ""
+    recovery_run_id: int | None = None
+    #: the result the alarm first fired against (recovery is judged against it), and the run it last fired in
+    baseline_result_id: int | None = None
+    last_run_id: int | None = None
 
     @property
     def status(self) -> str:
@@ -106,6 +112,8 @@ class AlarmEvent:
     event: str  # "open" | "recovered" | "bisected"
     alarm: Alarm
     reopened: bool = False
+    #: what this run said of the alarm's key: for a recovery, the message of the observation that recovered it
+    detail: str = ""
 
 
 def to_alarm(row: AlarmRow, events: bool = False, today: date | None = None) -> Alarm:
@@ -122,7 +130,12 @@ def to_alarm(row: AlarmRow, events: bool = False, today: date | None = None) -> 
         acknowledged_by=row.acknowledged_by, resolved_by=row.resolved_by, note=row.note,
         recovered_runs=row.recovered_runs,
         culprit=next((e.detail for e in reversed(row.events) if e.event in BISECT_EVENTS), ""),
+        baseline_result_id=row.baseline_result_id, last_run_id=row.last_run_id,
     )
+    if alarm.recovered:
+        recovered = next((e for e in reversed(row.events) if e.event == "recovered"), None)
+        if recovered is not None:
+            alarm.recovery, alarm.recovery_run_id = recovered.detail, recovered.run_id
     if events:
         alarm.events = [{"at": _aware(e.at), "event": e.event, "run_id": e.run_id, "by": e.by, "detail": e.detail}
                         for e in row.events]
@@ -175,7 +188,7 @@ def apply(store: Any, config: Any, observations: Iterable[Observation], *, run_i
                     row.recovered_at = now
                     _event(session, row, "recovered", run_id, detail=obs.message)
                     if row.state != "silenced":
-                        events.append(AlarmEvent("recovered", to_alarm(row)))
+                        events.append(AlarmEvent("recovered", to_alarm(row), detail=obs.message))
                 if auto and row.recovered_runs >= auto:
                     rule = f"config: auto_resolve_after_recovered_runs = {auto}"
                     row.state, row.resolved_at, row.resolved_by = "resolved", now, rule

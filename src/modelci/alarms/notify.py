@@ -30,6 +30,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
+from modelci.alarms import wording
 from modelci.alarms.lifecycle import AlarmEvent
 from modelci.errors import UserError, described
 
@@ -90,11 +91,19 @@ def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = 
         for event in members:
             alarm = event.alarm
             word = "REOPENED" if event.reopened else EVENT_WORDS[event.event]
-            what = alarm.culprit if event.event == "bisected" else alarm.message
-            lines.append(f"- {word} #{alarm.id} [{alarm.kind}] {alarm.workload} {alarm.check}:{alarm.metric}: {what}")
+            lines.append(f"- {word} #{alarm.id} [{alarm.kind}] {alarm.workload} {alarm.check}:{alarm.metric}"
+                         f"{_recovered_in(event, outcome, run_id)}: {wording.joined(*wording.event_parts(event))}")
     if run_id is not None:
         lines.append(f"run {run_id}: `modelci show {run_id}`; `modelci alarms list` for every live alarm")
     return Message(title=title, text="\n".join(lines), events=events, outcome=outcome, run_id=run_id)
+
+
+def _recovered_in(event: AlarmEvent, outcome: Any, run_id: int | None) -> str:
+    """Where a recovery was seen (" in run 3 on fw==1.2"): the group heading names the target it first fired on."""
+    if event.event != "recovered":
+        return ""
+    where = f" in run {run_id}" if run_id is not None else ""
+    return where + (f" on {outcome.target.label}" if outcome is not None else "")
 
 
 def payload(message: Message) -> dict[str, Any]:
@@ -108,7 +117,8 @@ def payload(message: Message) -> dict[str, Any]:
             "events": [{"event": e.event, "reopened": e.reopened, "id": e.alarm.id, "kind": e.alarm.kind,
                         "runner": e.alarm.runner, "workload": e.alarm.workload, "check": e.alarm.check,
                         "metric": e.alarm.metric, "state": e.alarm.state, "target": e.alarm.target,
-                        "count": e.alarm.count, "message": e.alarm.message, "culprit": e.alarm.culprit}
+                        "count": e.alarm.count, "message": e.alarm.message, "culprit": e.alarm.culprit,
+                        "detail": e.detail}
                        for e in message.events],
         },
     }

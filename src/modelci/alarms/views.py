@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from modelci.report.console import escape
 from rich.table import Table
+
+from modelci.alarms import wording
+from modelci.report.console import escape
 
 EVENT_WORDS = {"open": "[red]alarm opened[/]", "recovered": "[green]alarm recovered[/]",
                "bisected": "[magenta]alarm bisected[/]"}
@@ -34,8 +36,16 @@ def render_alarms(alarms: list[Any], out: Console) -> None:
         style = "green" if alarm.recovered and alarm.state != "resolved" else STATE_STYLE.get(alarm.state, "")
         table.add_row(str(alarm.id), f"[{style}]{escape(alarm.status)}[/]", alarm.kind, escape(alarm.workload),
                       escape(f"{alarm.check}:{alarm.metric}"), str(alarm.count), _when(alarm.last_seen_at),
-                      escape(alarm.message))
+                      escape(_listed(alarm)))
     out.print(table)
+
+
+def _listed(alarm: Any) -> str:
+    """An alarm's message as listed: a recovered one says how it is now, in which run, and what it was."""
+    now, was = wording.alarm_parts(alarm)
+    if was and alarm.recovery_run_id is not None:
+        now = f"run {alarm.recovery_run_id}: {now}"
+    return wording.joined(now, was)
 
 
 def render_alarm(alarm: Any, out: Console) -> None:
@@ -46,7 +56,7 @@ def render_alarm(alarm: Any, out: Console) -> None:
             ("first target", alarm.target), ("last target", alarm.last_target), ("seen", f"{alarm.count} times"),
             ("opened", _when(alarm.opened_at)), ("last seen", _when(alarm.last_seen_at)),
             ("acknowledged by", alarm.acknowledged_by), ("resolved by", alarm.resolved_by), ("note", alarm.note),
-            ("message", alarm.message), ("bisect", alarm.culprit)]
+            ("message", alarm.message), ("recovered", _recovery(alarm)), ("bisect", alarm.culprit)]
     for name, value in rows:
         if value:
             out.print(f"  {name:<16} {escape(str(value))}")
@@ -59,6 +69,13 @@ def render_alarm(alarm: Any, out: Console) -> None:
         table.add_row(_when(event["at"]), event["event"], str(event["run_id"] or ""), escape(event["by"]),
                       escape(event["detail"]))
     out.print(table)
+
+
+def _recovery(alarm: Any) -> str:
+    """What the run that recovered a live alarm said, and which run it was; "" unless it is recovered."""
+    if not alarm.recovered or alarm.state == "resolved":
+        return ""
+    return (f"in run {alarm.recovery_run_id}: " if alarm.recovery_run_id is not None else "") + alarm.recovery
 
 
 def render_changes(found: list[Any], out: Console) -> None:
@@ -90,9 +107,8 @@ def render_alarm_report(report: Any, out: Console) -> None:
     for event in report.events:
         alarm = event.alarm
         word = "[red]alarm reopened[/]" if event.reopened else EVENT_WORDS[event.event]
-        what = alarm.culprit if event.event == "bisected" else alarm.message
         out.print(f"{word} #{alarm.id} {escape(alarm.workload)} {escape(alarm.check)}:{escape(alarm.metric)}: "
-                  f"{escape(what)}")
+                  f"{escape(wording.joined(*wording.event_parts(event)))}")
     failed = len(report.failed_deliveries)
     if failed:
         out.print(f"[red]{failed} notifier{'s' * (failed > 1)} could not deliver[/] (see the warnings above); "

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from modelci.alarms import wording
+
 STATUS_ICON = {"ok": "✅", "skipped": "⏭️", "failed": "❌", "crashed": "💥", "timeout": "⏱️", "error": "⚠️"}
 VERDICT_ICON = {"regression": "🔴", "improvement": "🟢", "new": "🆕", "ok": "✅"}
 
@@ -88,7 +90,7 @@ def alarm_lines(events: list[Any]) -> list[str]:
     for event in events:
         alarm = event.alarm
         word = "🚨 reopened" if event.reopened else words[event.event]
-        what = alarm.culprit if event.event == "bisected" else alarm.message
+        what = wording.joined(*wording.event_parts(event))
         lines.append(f"- {word} alarm #{alarm.id} `{cell(alarm.workload)}` {cell(alarm.check)}:`{cell(alarm.metric)}`"
                      f" ({cell(alarm.kind)}, first on {cell(alarm.target) or 'no target'}): {cell(what)}")
     return lines

@@ -57,6 +57,7 @@ class SiteReport:
 def collect_alarms(store: Any) -> list[dict[str, Any]]:
     """The live alarms (open, acknowledged, silenced) as dicts: id, workload, runner, check, metric, kind, target
     (the label of the target it first fired on), state, message, opened_at, recovered, last_target."""
+    from modelci.alarms import wording
     from modelci.alarms.lifecycle import list_alarms
 
     keys = ("id", "workload", "runner", "check", "metric", "kind", "target", "message", "opened_at", "recovered",
@@ -65,6 +66,7 @@ def collect_alarms(store: Any) -> list[dict[str, Any]]:
     for alarm in list_alarms(store):
         row = {key: getattr(alarm, key) for key in keys}
         row["state"] = alarm.status
+        row["message"] = wording.joined(*wording.alarm_parts(alarm))  # a recovered one: how it is now, then "was"
         rows.append(row)
     return rows
 
