@@ -416,3 +416,43 @@ def test_a_recovery_says_how_the_alarm_is_now_and_which_run_recovered_it(tmp_pat
     from modelci.report import site
 
     assert site.collect_alarms(history.store)[0]["message"] == "status ok (was: status failed: RuntimeError: boom)"
+
+
+def test_each_event_says_its_baseline_and_links_its_run_page_on_the_dashboard(tmp_path, receiver, monkeypatch):
+    from modelci.report.markup import run_page
+
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    history = History(tmp_path / "p", WEBHOOK + '[alarms]\ndashboard_url = "https://ci.example.com/modelci"\n')
+    outcomes = slow_then_fixed(history)
+    opened, recovered = receiver.posts
+    baseline_id = outcomes[0].comparisons[0].result.id
+    assert f"  baseline fw==1.0 (result {baseline_id}) · https://ci.example.com/modelci/runs/2.html" in opened["text"]
+    (event,) = opened["modelci"]["events"]
+    assert (event["baseline"], event["baseline_result_id"]) == (f"fw==1.0 (result {baseline_id})", baseline_id)
+    assert event["url"] == "https://ci.example.com/modelci/" + run_page(outcomes[1].run_id)
+    # recovery is judged against the first baseline, and the link is the page of the run that recovered it
+    assert recovered["modelci"]["events"][0]["url"].endswith("/runs/4.html")
+    assert f"baseline fw==1.0 (result {baseline_id})" in recovered["text"]
+
+
+def test_without_a_dashboard_url_an_event_says_its_baseline_and_links_nothing(tmp_path, receiver, monkeypatch):
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    slow_then_fixed(History(tmp_path / "p", WEBHOOK))
+    (event,) = receiver.posts[0]["modelci"]["events"]
+    assert event["url"] == "" and event["baseline"].startswith("fw==1.0 (result ")
+    assert "http" not in receiver.posts[0]["text"]
+
+
+@pytest.mark.parametrize("url, says", [
+    ("javascript:alert(1)", "must be the http(s) URL"), ("ci.example.com/modelci", "must be the http(s) URL"),
+    ("https://user:pw@ci.example.com/", "must not hold a user or password"),
+    ("https://ci.example.com/?a=1", "without a query"), ("https://ci.example.com:99999/", "must be the http(s) URL"),
+])
+def test_a_dashboard_url_that_is_no_published_http_folder_is_refused_naming_the_key(tmp_path, url, says):
+    from modelci.errors import UserError
+
+    with pytest.raises(UserError, match="dashboard_url") as refused:
+        History(tmp_path / "p", f'[alarms]\ndashboard_url = "{url}"\n')
+    assert says in str(refused.value)
+    assert History(tmp_path / "q", '[alarms]\ndashboard_url = " http://ci/x/ "\n').config.alarms["dashboard_url"] \
+        == "http://ci/x/"

@@ -141,7 +141,8 @@ def test_defaults_and_valid_notify_entries(tmp_path):
     webhook, email = cfg.notify
     assert (webhook["retries"], webhook["backoff"], webhook["on"]) == (2, 1.0, ["open", "recovered", "bisected"])
     assert (email["port"], email["on"], email["password_env"]) == (25, ["open"], "SMTP_PASSWORD")
-    assert cfg.alarms == {"stale_after_days": 7, "auto_resolve_after_recovered_runs": 0, "changes": True}
+    assert cfg.alarms == {"stale_after_days": 7, "auto_resolve_after_recovered_runs": 0, "changes": True,
+                          "dashboard_url": ""}
 
 
 def test_an_allow_entry_silences_until_its_date_and_then_is_an_error(tmp_path):

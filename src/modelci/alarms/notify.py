@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -66,14 +66,22 @@ class Message:
     events: list[AlarmEvent]
     outcome: Any = None
     run_id: int | None = None
+    #: alarm id -> (its baseline in words, the baseline result's id), and the run's page on the dashboard
+    baselines: dict[int, tuple[str, int | None]] = field(default_factory=dict)
+    url: str = ""
 
 
 #: how a notification names each event
 EVENT_WORDS = {"open": "OPENED", "recovered": "RECOVERED", "bisected": "BISECTED"}
 
 
-def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = None) -> Message:
-    """The notification of some alarm events, grouped by the target each alarm first fired on."""
+def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = None, *,
+            baselines: Mapping[int, tuple[str, int | None]] | None = None, dashboard: str = "") -> Message:
+    """The notification of some alarm events, grouped by the target each alarm first fired on. Each event says
+    what its alarm is judged against (`baselines`: alarm id -> (in words, result id), from `baselines_of`) and,
+    given the dashboard's published URL, links the run's page there."""
+    baselines = baselines or {}
+    page = _page_url(dashboard, run_id)
     opened = sum(e.event == "open" for e in events)
     recovered = sum(e.event == "recovered" for e in events)
     bisected = sum(e.event == "bisected" for e in events)
@@ -93,9 +101,56 @@ def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = 
             word = "REOPENED" if event.reopened else EVENT_WORDS[event.event]
             lines.append(f"- {word} #{alarm.id} [{alarm.kind}] {alarm.workload} {alarm.check}:{alarm.metric}"
                          f"{_recovered_in(event, outcome, run_id)}: {wording.joined(*wording.event_parts(event))}")
+            baseline = baselines.get(alarm.id, ("", None))[0]
+            more = [f"baseline {baseline}"] if baseline else []
+            more += [page] if page else []
+            if more:
+                lines.append(f"  {' · '.join(more)}")
     if run_id is not None:
         lines.append(f"run {run_id}: `modelci show {run_id}`; `modelci alarms list` for every live alarm")
-    return Message(title=title, text="\n".join(lines), events=events, outcome=outcome, run_id=run_id)
+    return Message(title=title, text="\n".join(lines), events=events, outcome=outcome, run_id=run_id,
+                   baselines=dict(baselines), url=page)
+
+
+def _page_url(dashboard: str, run_id: int | None) -> str:
+    """The run's page on the published dashboard (its index without a run); "" without a dashboard URL."""
+    from modelci.report.markup import run_page
+
+    if not dashboard:
+        return ""
+    return dashboard + (run_page(run_id) if run_id is not None else "index.html")
+
+
+def baselines_of(store: Any, events: list[AlarmEvent], outcome: Any = None) -> dict[int, tuple[str, int | None]]:
+    """Alarm id -> (what the alarm is judged against, in words; the baseline result's id or None): the result it
+    first fired against, as "<target> (result N)"; for a status alarm, which has none of its own, the baseline
+    this run chose for the workload; for a change point, the level before the change. A stale runner has none."""
+    from sqlalchemy import select
+
+    from modelci.store.schema import ResultRow, RunRow, TargetRow
+
+    chosen = {c.result.workload: c.baseline.id for c in getattr(outcome, "comparisons", None) or []
+              if c.baseline is not None and c.baseline.id is not None}
+    ids: dict[int, int] = {}
+    found: dict[int, tuple[str, int | None]] = {}
+    for event in events:
+        alarm = event.alarm
+        result_id = alarm.baseline_result_id or (chosen.get(alarm.workload) if alarm.check == "status" else None)
+        if result_id is not None:
+            ids[alarm.id] = result_id
+        elif alarm.check == "history" and "before_mean" in alarm.numbers:
+            numbers = alarm.numbers
+            level = f"{numbers['before_mean']:.4g}" + (f" {numbers['unit']}" if numbers.get("unit") else "")
+            found[alarm.id] = (f"the level before the change at {numbers.get('first_target', '?')}: {level}", None)
+    if ids and store is not None:
+        with store.read() as session:
+            stmt = (select(ResultRow.id, TargetRow).join(RunRow, ResultRow.run_id == RunRow.id)
+                    .join(TargetRow, RunRow.target_id == TargetRow.id).where(ResultRow.id.in_(set(ids.values()))))
+            labels = {result_id: target.label for result_id, target in session.execute(stmt)}
+        for alarm_id, result_id in ids.items():
+            label = labels.get(result_id)
+            found[alarm_id] = (f"{label} (result {result_id})" if label else f"result {result_id}", result_id)
+    return found
 
 
 def _recovered_in(event: AlarmEvent, outcome: Any, run_id: int | None) -> str:
@@ -118,7 +173,8 @@ def payload(message: Message) -> dict[str, Any]:
                         "runner": e.alarm.runner, "workload": e.alarm.workload, "check": e.alarm.check,
                         "metric": e.alarm.metric, "state": e.alarm.state, "target": e.alarm.target,
                         "count": e.alarm.count, "message": e.alarm.message, "culprit": e.alarm.culprit,
-                        "detail": e.detail}
+                        "detail": e.detail, "baseline": message.baselines.get(e.alarm.id, ("", None))[0],
+                        "baseline_result_id": message.baselines.get(e.alarm.id, ("", None))[1], "url": message.url}
                        for e in message.events],
         },
     }
@@ -359,6 +415,12 @@ def deliver(config: Any, events: list[AlarmEvent], *, outcome: Any = None, store
     recorded in the events of the alarms it was about."""
     environ = os.environ if environ is None else environ
     deliveries = []
+    try:
+        baselines = baselines_of(store, events, outcome) if events else {}
+    except Exception as exc:  # noqa: BLE001 - a message without its baselines beats no message
+        log.warning("modelci: the alarms' baselines could not be read for the notifications: %s", described(exc))
+        baselines = {}
+    said = {"baselines": baselines, "dashboard": (getattr(config, "alarms", None) or {}).get("dashboard_url", "")}
     for entry in config.notify:
         send, needs_run = NOTIFIERS[entry["kind"]]
         wanted = [e for e in events if e.event in entry["on"]]
@@ -368,7 +430,7 @@ def deliver(config: Any, events: list[AlarmEvent], *, outcome: Any = None, store
             continue  # chat and mail only hear about alarms opening and recovering, not about every run
         if entry["kind"] == "markdown" and outcome is None and not wanted:
             continue
-        message = compose(wanted, outcome, run_id)
+        message = compose(wanted, outcome, run_id, **said)
         refused = _refused_path(entry, environ, config) if entry["kind"] in ("markdown", "junit") else ""
         try:
             delivery = (Delivery(describe(entry), False, 0, f"{describe(entry)}: {refused}") if refused

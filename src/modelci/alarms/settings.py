@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Any
@@ -31,6 +32,8 @@ ALARM_SETTINGS: dict[str, tuple[type, Any, str]] = {
     "auto_resolve_after_recovered_runs": (
         int, 0, "resolve a recovered alarm after this many runs in a row without the finding (0: only a person)"),
     "changes": (bool, True, "look for change points in each series after every run"),
+    "dashboard_url": (str, "", "where `modelci report` is published (http(s)): notifications link each event to "
+                               "its run page there (\"\": no links)"),
 }
 #: the largest value of each [alarms] number: a century of days, a million runs. Larger ones mean "never" as
 #: well as 0 does, and beyond what a date can hold (999,999,999 days) or SQLite's integers the check that reads
@@ -263,7 +266,32 @@ def validate_alarm_settings(table: Any, where: str) -> dict[str, Any]:
             raise UserError(f"{label}: key {key!r} must be {ALARM_MAXIMA[key]:,} or less (0 means never), "
                             f"got {value!r}")
         settings[key] = value
+    settings["dashboard_url"] = dashboard_url(settings["dashboard_url"], f"{label}: key 'dashboard_url'")
     return settings
+
+
+def dashboard_url(value: str, where: str) -> str:
+    """The base URL of the published dashboard, ending in "/" so that a page's relative name joins it; "" stays
+    "" (no links). Only an http(s) URL with a host: the link lands in chat and mail, where a `javascript:` or
+    `file:` one must not go, and one with a user or password would keep a secret in the config file."""
+    text = value.strip()
+    if not text:
+        return ""
+    try:
+        parsed = urllib.parse.urlsplit(text)
+        parsed.port  # noqa: B018 - urllib checks the port only when it is read
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.hostname:
+        raise UserError(f"{where} must be the http(s) URL where the dashboard (`modelci report --out`) is published, "
+                        f"such as \"https://ci.example.com/modelci/\", got {value!r}")
+    if parsed.username is not None or parsed.password is not None:
+        raise UserError(f"{where} must not hold a user or password: it would keep a secret in the config file, and "
+                        "every notification would show it")
+    if parsed.query or parsed.fragment or any(c.isspace() or ord(c) < 32 for c in text):
+        raise UserError(f"{where} must be the folder of the dashboard's index.html, without a query, a fragment or "
+                        f"spaces, got {value!r}")
+    return text if text.endswith("/") else text + "/"
 
 
 def _tables(entries: Any, where: str, name: str) -> list[dict]:

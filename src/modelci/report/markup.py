@@ -9,11 +9,16 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["STATUS_CLASSES", "status_class", "display_status", "fmt", "when", "safe_href"]
+__all__ = ["STATUS_CLASSES", "status_class", "display_status", "fmt", "when", "safe_href", "run_page"]
 
 #: statuses as they look in the matrix; "regressed" is an ok result with a gating regression finding
 STATUS_CLASSES = {"ok": "ok", "failed": "bad", "crashed": "bad", "timeout": "warn", "skipped": "skip",
                   "error": "err", "regressed": "warn", "none": "none"}
+
+
+def run_page(run_id: int) -> str:
+    """The page of a run, relative to the site's root: `runs/<id>.html` (notifications link to it too)."""
+    return f"runs/{int(run_id)}.html"
 
 
 def status_class(status: str | None) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import modelci
 from modelci.errors import UserError
 from modelci.report import files, forked, plots, queries, runpage
-from modelci.report.markup import display_status, fmt, safe_href, status_class, when
+from modelci.report.markup import display_status, fmt, run_page, safe_href, status_class, when
 from modelci.report.queries import History, ResultInfo
 
 #: written next to the pages: which data each run page was built from, so a rebuild can keep it (versioned)
@@ -104,7 +104,7 @@ def collect_bisects(store: Any) -> tuple[dict[str, Any] | None, list[tuple[str, 
             {"text": probe.get("verdict", ""), "status": _VERDICT_STATUS.get(probe.get("verdict", ""), "none")},
             {"text": probe.get("why", "")[:300]},
             {"text": f"run {probe['run_id']}" + (" (reused)" if probe.get("reused") else ""),
-             "href": f"../runs/{probe['run_id']}.html"} if probe.get("run_id") else {"text": ""},
+             "href": f"../{run_page(probe['run_id'])}"} if probe.get("run_id") else {"text": ""},
         ]} for probe in probes]
         what = "first improved" if bisect.direction == "improvement" else "first bad"
         pages.append((page, {"title": f"bisect #{bisect.id}: {bisect.workload} on the {bisect.check} check",
@@ -212,7 +212,7 @@ def generate_site(store: Any, out: str | Path, *, overlay: int = 10, recent: int
         (out / "bisects").mkdir(exist_ok=True)
     for filename, table in bisect_pages:
         pages.write(filename, "table.html", title=table["title"], table=_table(table, table["title"]))
-    _prune(out, {"runs": {f"{run_id}.html" for run_id in history.runs},
+    _prune(out, {"runs": {run_page(run_id).split("/", 1)[1] for run_id in history.runs},
                  "w": {f"{slug}.html" for slug in slugs.values()},
                  "bisects": {Path(filename).name for filename, _ in bisect_pages},
                  ".": {"index.html", *(filename for filename, _, _ in extras)}})
@@ -246,9 +246,9 @@ def _write_run_pages(store: Any, history: History, slugs: dict[str, str], pages:
     signatures = runpage.page_signatures(store, history)
     previous = {} if full else _read_manifest(pages.out / MANIFEST, key)
     todo = [run_id for run_id, signature in signatures.items()
-            if previous.get(str(run_id)) != signature or not (pages.out / "runs" / f"{run_id}.html").is_file()]
+            if previous.get(str(run_id)) != signature or not (pages.out / run_page(run_id)).is_file()]
     for run_id, context in runpage.run_contexts(store, history, slugs, None if len(todo) == len(signatures) else todo):
-        pages.write(f"runs/{run_id}.html", "run.html", **context)
+        pages.write(run_page(run_id), "run.html", **context)
     pages.write_text(MANIFEST, json.dumps({"schema": MANIFEST_SCHEMA, "key": key, "runs": signatures}))
     report = pages.report
     return {"pages": report.pages, "largest_page": report.largest_page, "largest_bytes": report.largest_bytes,
@@ -293,6 +293,7 @@ class _Pages:
         self.env.filters["when"] = when
         self.env.filters["status_class"] = status_class
         self.env.filters["href"] = safe_href
+        self.env.filters["run_page"] = run_page
         self.generated = when(datetime.now(timezone.utc))
 
     def write(self, relative: str, template: str, **context: Any) -> None:
