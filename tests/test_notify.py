@@ -456,3 +456,32 @@ def test_a_dashboard_url_that_is_no_published_http_folder_is_refused_naming_the_
     assert says in str(refused.value)
     assert History(tmp_path / "q", '[alarms]\ndashboard_url = " http://ci/x/ "\n').config.alarms["dashboard_url"] \
         == "http://ci/x/"
+
+
+def test_the_webhook_text_escapes_what_slack_would_read_as_links_or_entities(tmp_path, receiver, smtp_server,
+                                                                              monkeypatch):
+    """A workload, runner, target or message holding `<url|label>`, `<!channel>` or `&gt;` is shown as written:
+    Slack reads `<...>` in `text` as a link or a mention, and `&...;` as an entity."""
+    port, mailbox = smtp_server
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    name = "suite/<https://evil.example|click> & <!channel>"
+    reason = "RuntimeError: <https://evil.example|see the log> &gt; x"
+    history = History(tmp_path / "p", WEBHOOK + '[alarms]\ndashboard_url = "https://ci.example.com/a&b/"\n'
+                      f'[[notify]]\nkind = "email"\nhost = "127.0.0.1"\nport = {port}\nto = ["a@example.com"]\n',
+                      runner="ci<x>")
+    history.run("1.0&<1>", [timed(name, 0.1)])
+    history.run("1.1&<1>", [timed(name, status="failed", reason=reason)])
+    (post,) = receiver.posts
+    text = post["text"]
+    assert "<" not in text and ">" not in text  # no link, no mention: modelci's own text has neither
+    assert all(part.startswith(("amp;", "lt;", "gt;")) for part in text.split("&")[1:])  # every & an entity
+    assert "suite/&lt;https://evil.example|click&gt; &amp; &lt;!channel&gt; status:status" in text
+    assert "status failed: RuntimeError: &lt;https://evil.example|see the log&gt; &amp;gt; x" in text
+    assert "runner ci&lt;x&gt;" in text and "*fw==1.1&amp;&lt;1&gt; on ci&lt;x&gt;*" in text
+    assert "https://ci.example.com/a&amp;b/runs/2.html" in text
+    # the formatting modelci adds is left as it is, and scripts and mail get the text as written
+    assert text.startswith("modelci: 1 alarm opened") and "\n- OPENED #1 [status] " in text
+    (event,) = post["modelci"]["events"]
+    assert (event["workload"], event["message"]) == (name, f"status failed: {reason}")
+    (mail,) = mailbox.messages
+    assert name in mail.content.decode() and "&amp;" not in mail.content.decode()

@@ -59,7 +59,8 @@ class Delivery:
 
 @dataclass
 class Message:
-    """What is sent: a title (e-mail subject), plain text (chat), the events, and the run when there is one."""
+    """What is sent: a title (e-mail subject), plain text (e-mail), the same for chat (`chat`: Slack's mrkdwn,
+    escaped), the events, and the run when there is one."""
 
     title: str
     text: str
@@ -69,6 +70,7 @@ class Message:
     #: alarm id -> (its baseline in words, the baseline result's id), and the run's page on the dashboard
     baselines: dict[int, tuple[str, int | None]] = field(default_factory=dict)
     url: str = ""
+    chat: str = ""
 
 
 #: how a notification names each event
@@ -82,34 +84,51 @@ def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = 
     given the dashboard's published URL, links the run's page there."""
     baselines = baselines or {}
     page = _page_url(dashboard, run_id)
+    title, text = _lines(events, outcome, run_id, baselines, page, str)
+    chat = _lines(events, outcome, run_id, baselines, page, slack_escape)[1]
+    return Message(title=title, text=text, events=events, outcome=outcome, run_id=run_id,
+                   baselines=dict(baselines), url=page, chat=chat)
+
+
+def slack_escape(text: Any) -> str:
+    """Text as Slack's mrkdwn reads it literally: `&`, `<` and `>` as entities (Slack's rule for `text`), so that
+    a name or message holding `<https://x|label>`, `<!channel>` or `&gt;` shows as written, not as a link, a
+    mention or another character."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _lines(events: list[AlarmEvent], outcome: Any, run_id: int | None, baselines: Mapping[int, tuple[str, int | None]],
+           page: str, esc: Callable[[Any], str]) -> tuple[str, str]:
+    """(title, text) of a notification; `esc` is applied to every piece of text that modelci did not write itself
+    (names, labels, messages, the dashboard's URL), never to the formatting around them."""
     opened = sum(e.event == "open" for e in events)
     recovered = sum(e.event == "recovered" for e in events)
     bisected = sum(e.event == "bisected" for e in events)
     parts = [f"{opened} alarm{'s' * (opened != 1)} opened"] if opened else []
     parts += [f"{recovered} recovered"] if recovered else []
     parts += [f"{bisected} bisected"] if bisected else []
-    where = f" on {outcome.target.label} (runner {outcome.runner})" if outcome is not None else ""
+    where = f" on {esc(outcome.target.label)} (runner {esc(outcome.runner)})" if outcome is not None else ""
     title = f"modelci: {', '.join(parts) or 'no alarm changes'}{where}"
     lines = [title]
     groups: dict[str, list[AlarmEvent]] = {}
     for event in events:
         groups.setdefault(event.alarm.group, []).append(event)
     for group, members in groups.items():
-        lines.append(f"*{group}*")
+        lines.append(f"*{esc(group)}*")
         for event in members:
             alarm = event.alarm
             word = "REOPENED" if event.reopened else EVENT_WORDS[event.event]
-            lines.append(f"- {word} #{alarm.id} [{alarm.kind}] {alarm.workload} {alarm.check}:{alarm.metric}"
-                         f"{_recovered_in(event, outcome, run_id)}: {wording.joined(*wording.event_parts(event))}")
+            lines.append(f"- {word} #{alarm.id} [{esc(alarm.kind)}] {esc(alarm.workload)} "
+                         f"{esc(alarm.check)}:{esc(alarm.metric)}{_recovered_in(event, outcome, run_id, esc)}: "
+                         f"{esc(wording.joined(*wording.event_parts(event)))}")
             baseline = baselines.get(alarm.id, ("", None))[0]
-            more = [f"baseline {baseline}"] if baseline else []
-            more += [page] if page else []
+            more = [f"baseline {esc(baseline)}"] if baseline else []
+            more += [esc(page)] if page else []
             if more:
                 lines.append(f"  {' · '.join(more)}")
     if run_id is not None:
         lines.append(f"run {run_id}: `modelci show {run_id}`; `modelci alarms list` for every live alarm")
-    return Message(title=title, text="\n".join(lines), events=events, outcome=outcome, run_id=run_id,
-                   baselines=dict(baselines), url=page)
+    return title, "\n".join(lines)
 
 
 def _page_url(dashboard: str, run_id: int | None) -> str:
@@ -153,18 +172,18 @@ def baselines_of(store: Any, events: list[AlarmEvent], outcome: Any = None) -> d
     return found
 
 
-def _recovered_in(event: AlarmEvent, outcome: Any, run_id: int | None) -> str:
+def _recovered_in(event: AlarmEvent, outcome: Any, run_id: int | None, esc: Callable[[Any], str]) -> str:
     """Where a recovery was seen (" in run 3 on fw==1.2"): the group heading names the target it first fired on."""
     if event.event != "recovered":
         return ""
     where = f" in run {run_id}" if run_id is not None else ""
-    return where + (f" on {outcome.target.label}" if outcome is not None else "")
+    return where + (f" on {esc(outcome.target.label)}" if outcome is not None else "")
 
 
 def payload(message: Message) -> dict[str, Any]:
     """The JSON body a webhook receives: `text` for chat receivers, the events for scripts."""
     return {
-        "text": message.text,
+        "text": message.chat or message.text,
         "modelci": {
             "schema": SCHEMA,
             "title": message.title,
