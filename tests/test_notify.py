@@ -4,6 +4,7 @@ JUnit and Markdown reports."""
 from __future__ import annotations
 
 import json
+import re
 import logging
 import socket
 import threading
@@ -485,3 +486,40 @@ def test_the_webhook_text_escapes_what_slack_would_read_as_links_or_entities(tmp
     assert (event["workload"], event["message"]) == (name, f"status failed: {reason}")
     (mail,) = mailbox.messages
     assert name in mail.content.decode() and "&amp;" not in mail.content.decode()
+
+
+HOSTILE = "suite/<img src=x onerror=alert(1)>|*[md](javascript:alert(1))*``tick"
+HOSTILE_REASON = "RuntimeError: **bold** [link](javascript:alert(1)) ![i](https://x/i.png) <b>b</b> &amp; ~~s~~ $x$"
+
+
+def _rendered(text: str) -> str:
+    """The Markdown as HTML, by a CommonMark parser with GitHub's tables and strikethrough."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(text)
+
+
+def test_the_markdown_summary_shows_names_in_code_spans_as_they_are_and_messages_as_plain_text(tmp_path):
+    import html
+
+    history = History(tmp_path / "p")
+    history.run("1.0", [timed(HOSTILE, 0.1)])
+    outcome = history.run("1.1", [timed(HOSTILE, status="failed", reason=HOSTILE_REASON)])
+    text = markdown.run_summary(outcome)
+    page = _rendered(text)
+    # the name reads as written in the table and in the alarm list: no entity, no `\|`, shown literally
+    assert page.count(f"<code>{html.escape(HOSTILE, quote=False)}</code>") >= 2, text
+    # the error is text: no link, no image, no emphasis, no tag, no strikethrough, no entity decoded
+    assert not any(tag in page for tag in ("<a ", "<img", "<strong>bold", "<em>", "<b>", "<s>", "<del>"))
+    assert html.escape(f"status failed: {HOSTILE_REASON}", quote=False) in page
+    # the table still has its four columns on the workload's row
+    (row,) = [line for line in text.splitlines() if line.startswith("| ```suite/")]
+    assert len(re.split(r"(?<!\\)\|", row)) == 6
+
+
+@pytest.mark.parametrize("name", ["a`b", "`a", "a``", "plain", "x | y"])
+def test_a_code_span_holds_any_run_of_backticks(name):
+    import html
+
+    shown = html.escape(name, quote=False)
+    assert _rendered(f"- {markdown.code(name)}").strip() == f"<ul>\n<li><code>{shown}</code></li>\n</ul>"

@@ -6,6 +6,7 @@ comment stays short however large the suite.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,32 @@ STATUS_ICON = {"ok": "✅", "skipped": "⏭️", "failed": "❌", "crashed": "�
 VERDICT_ICON = {"regression": "🔴", "improvement": "🟢", "new": "🆕", "ok": "✅"}
 
 
+#: the characters Markdown (GitHub's: strikethrough `~`, math `$`) reads as inline syntax; a backslash before any
+#: ASCII punctuation makes it the character itself
+_INLINE_SYNTAX = re.compile(r"([\\`*_\[\]~|!$])")
+
+
 def cell(text: Any) -> str:
-    """Text made safe for one table cell: no line breaks, pipes escaped, HTML-significant characters escaped."""
-    value = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return " ".join(value.split()).replace("|", "\\|")
+    """Text as plain text, in a table cell or a line: one line, every Markdown mark escaped with a backslash (an
+    error's `**x** [link](javascript:…)` or `![img](…)` stays text) and `&`, `<`, `>` as entities (no HTML tag).
+    Not for a code span, which shows an escape as written: `code` is."""
+    value = _INLINE_SYNTAX.sub(r"\\\1", " ".join(str(text).split()))
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code(text: Any, table: bool = False) -> str:
+    """Text as one code span, which shows it as it is (an entity or a backslash escape would show literally): on
+    one line, fenced by more backticks than its longest run of them, with a space inside the fence where it
+    starts or ends with one. In a table row (`table`), `|` is `\\|` even there: GitHub splits a row at every
+    unescaped `|` before it reads the code spans, and shows `\\|` in a cell's code span as `|`."""
+    value = " ".join(str(text).split())
+    if not value:
+        return ""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", value)), default=0) + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") else ""
+    if table:
+        value = value.replace("|", "\\|")
+    return f"{fence}{pad}{value}{pad}{fence}"
 
 
 def _failed(comparison: Any) -> bool:
@@ -64,16 +87,17 @@ def comparisons_table(comparisons: list[Any]) -> list[str]:
         result = comparison.result
         baseline = f"result {comparison.baseline.id}" if comparison.baseline is not None else "none"
         icon = STATUS_ICON.get(result.status, "")
-        lines.append(f"| `{cell(result.workload)}` | {icon} {result.status} | {baseline} | {_problems(comparison)} |")
+        lines.append(f"| {code(result.workload, table=True)} | {icon} {result.status} | {baseline} | "
+                     f"{_problems(comparison)} |")
     details = []
     for comparison in ordered:
         rows = [f"| {VERDICT_ICON.get(f.verdict, '')} {f.verdict}{'' if f.gating else ' (report-only)'} | "
-                f"{cell(f.check)} | `{cell(f.metric)}` | {cell(_what(f))} | {cell(f.reason)} |"
+                f"{cell(f.check)} | {code(f.metric, table=True)} | {cell(_what(f))} | {cell(f.reason)} |"
                 for f in comparison.findings]
         if rows:
             details += [f"**{cell(comparison.result.workload)}**", "", "| verdict | check | metric | finding | why |",
                         "|---|---|---|---|---|", *rows, ""]
-    saves = [f"- `{cell(c.result.workload)}` {cell(str(e.get('format')))}: {e.get('status')}"
+    saves = [f"- {code(c.result.workload)} {cell(str(e.get('format')))}: {cell(e.get('status'))}"
              + (f" ({cell(str(e['reason']))})" if e.get("reason") else "")
              for c in ordered for e in c.result.info.get("saved", [])]
     if saves:
@@ -91,7 +115,7 @@ def alarm_lines(events: list[Any]) -> list[str]:
         alarm = event.alarm
         word = "🚨 reopened" if event.reopened else words[event.event]
         what = wording.joined(*wording.event_parts(event))
-        lines.append(f"- {word} alarm #{alarm.id} `{cell(alarm.workload)}` {cell(alarm.check)}:`{cell(alarm.metric)}`"
+        lines.append(f"- {word} alarm #{alarm.id} {code(alarm.workload)} {cell(alarm.check)}:{code(alarm.metric)}"
                      f" ({cell(alarm.kind)}, first on {cell(alarm.target) or 'no target'}): {cell(what)}")
     return lines
 
@@ -134,10 +158,10 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
     for comparison in outcome.comparisons:
         counts[comparison.result.status] = counts.get(comparison.result.status, 0) + 1
     lines = [
-        f"## modelci: {verdict} on `{cell(outcome.target.label)}`",
+        f"## modelci: {verdict} on {code(outcome.target.label)}",
         "",
-        f"Runner `{cell(outcome.runner)}` · run {outcome.run_id if outcome.run_id is not None else '(not stored)'} · "
-        f"environment `{str(outcome.environment.id)[:12]}` · {len(outcome.comparisons)} workloads: "
+        f"Runner {code(outcome.runner)} · run {outcome.run_id if outcome.run_id is not None else '(not stored)'} · "
+        f"environment {code(str(outcome.environment.id)[:12])} · {len(outcome.comparisons)} workloads: "
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
         "",
         *([MISSING_ARRAYS, ""] if missing_arrays(unchecked) else []),
@@ -160,11 +184,11 @@ def compare_summary(outcome: Any) -> str:
                    else "⚠️ interrupted while A ran: B did not run")
     if getattr(outcome, "problem", ""):
         verdict = f"⚠️ not compared: {cell(outcome.problem.splitlines()[0][:300])}"
-    side_b = f"`{cell(b.target.label)}` (run {b.run_id})" if b is not None else "not run"
+    side_b = f"{code(b.target.label)} (run {b.run_id})" if b is not None else "not run"
     lines = [
         f"## modelci compare: {verdict}",
         "",
-        f"A = `{cell(a.target.label)}` (run {a.run_id}) · B = {side_b} · runner `{cell((b or a).runner)}`",
+        f"A = {code(a.target.label)} (run {a.run_id}) · B = {side_b} · runner {code((b or a).runner)}",
         "",
         *comparisons_table(outcome.comparisons),
         *_alarm_section(outcome, None),  # what the alarm step did with these verdicts, and nothing else
