@@ -523,3 +523,41 @@ def test_a_code_span_holds_any_run_of_backticks(name):
 
     shown = html.escape(name, quote=False)
     assert _rendered(f"- {markdown.code(name)}").strip() == f"<ul>\n<li><code>{shown}</code></li>\n</ul>"
+
+
+def test_a_long_message_is_shortened_where_alarms_are_listed_and_whole_where_one_is_shown(tmp_path, receiver,
+                                                                                        monkeypatch):
+    from modelci.alarms import views
+
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    history = History(tmp_path / "p", WEBHOOK)
+    reason = "RuntimeError: " + " ".join(f"word{i}" for i in range(2000))  # 12,000 characters on one line
+    history.run("1.0", [timed("suite/Long", 0.1)])
+    outcome = history.run("1.1", [timed("suite/Long", status="failed", reason=reason + "\nsecond line")])
+    (post,) = receiver.posts
+    assert len(post["text"]) < 600, len(post["text"])
+    line = next(line for line in post["text"].splitlines() if "OPENED #1" in line)
+    assert "status failed: RuntimeError: word0 word1" in line and "…" in line
+    assert line.endswith("(whole message: `modelci alarms show 1`)")
+    assert post["modelci"]["events"][0]["message"] == f"status failed: {reason}"  # scripts get it whole
+    out = _console()
+    views.render_alarms(lifecycle.list_alarms(history.store), out)
+    assert len(out.file.getvalue().splitlines()) < 15 and "modelci alarms show 1" in out.file.getvalue()
+    out = _console()
+    views.render_alarm_report(outcome.alarms, out)
+    assert len(out.file.getvalue()) < 500
+    summary = markdown.alarms_summary(outcome.alarms.events)
+    assert len(summary) < 700 and "(whole message: `modelci alarms show 1`)" in summary
+    out = _console()
+    views.render_alarm(lifecycle.get_alarm(history.store, 1), out)
+    assert "word1999" in out.file.getvalue()  # one alarm shown: the whole message
+
+
+@pytest.mark.parametrize("text, short, cut", [
+    ("status ok", "status ok", False), ("  first\n\nsecond", "first …", True), ("a  b\tc", "a b c", False),
+    ("x" * 250, "x" * 199 + "…", True), ("", "", False), ("\n\n  \n", "", False),
+])
+def test_shorten_keeps_the_first_line_within_the_limit(text, short, cut):
+    from modelci.alarms import wording
+
+    assert wording.shorten(text) == (short, cut)

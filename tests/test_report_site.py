@@ -487,3 +487,18 @@ def test_forked_child_builds_the_same_run_pages_as_one_process(history, tmp_path
 def test_forked_work_returns_its_value_or_none_when_it_fails():
     assert forked.Forked(lambda: {"pages": 3}).result() == {"pages": 3}
     assert forked.Forked(lambda: 1 / 0).result() is None
+
+
+def test_a_long_alarm_message_is_shortened_in_the_alarm_lists_with_a_link_to_its_run(history, tmp_path):
+    lifecycle = pytest.importorskip("modelci.alarms.lifecycle")
+    long = "RuntimeError: " + "x" * 12_000  # one word: without a break it ran far past the page's width
+    fired = lifecycle.Observation("ci-cpu", "suite/Flat", "status", "status", True, kind="status",
+                                  message=f"status failed: {long}")
+    lifecycle.apply(history, SimpleNamespace(alarms={}), [fired], run_id=16, target_label="fakefw==1.15")
+    generate_site(history, tmp_path / "site")
+    for page, root in (("index.html", ""), ("w/suite_Flat.html", "../")):
+        text = (tmp_path / "site" / page).read_text()
+        assert "x" * 12_000 not in text and "x" * 150 + "…" in text
+        assert f'<a href="{root}runs/16.html">run 16</a>, <code>modelci alarms show 1</code>' in text
+    css = (tmp_path / "site" / "assets" / "site.css").read_text()
+    assert "#alarms td, #alarms li { overflow-wrap: anywhere; }" in css

@@ -262,3 +262,26 @@ def test_served_site_refreshes_after_a_new_run(project, page):
         output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, output
     assert f"serving the dashboard at http://127.0.0.1:{port}/" in output
+
+
+def test_a_long_alarm_message_stays_within_the_page_width(project, page, tmp_path):
+    """An exception's message of 12,000 characters, one word long, made the index's alarm table run far past
+    the page; it is cut where alarms are listed, and what is left wraps."""
+    from modelci import config as config_module
+    from modelci.alarms import lifecycle
+    from modelci.store import Store
+
+    cfg = config_module.load(cwd=project.root, environ={})
+    store = Store.from_config(cfg)
+    fired = lifecycle.Observation(cfg.runner, "fakesuite/Markup", "status", "status", True, kind="status",
+                                  message="status failed: RuntimeError: " + "/very/long/path" * 800)
+    lifecycle.apply(store, cfg, [fired], run_id=2, target_label="fakefw==1.1")
+    done = project.cli("report", "--out", str(tmp_path / "site"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    page.goto((tmp_path / "site" / "index.html").as_uri())
+    page.wait_for_load_state("load")
+    assert page.evaluate("document.documentElement.scrollWidth") <= page.evaluate("window.innerWidth")
+    cell = page.locator("#alarms tr.alarm td.message").filter(has_text="/very/long/path").first
+    assert "…" in cell.inner_text() and "modelci alarms show" in cell.inner_text()
+    shoot(page, "long-alarm")
+    assert page.problems == []

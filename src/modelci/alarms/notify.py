@@ -120,7 +120,7 @@ def _lines(events: list[AlarmEvent], outcome: Any, run_id: int | None, baselines
             word = "REOPENED" if event.reopened else EVENT_WORDS[event.event]
             lines.append(f"- {word} #{alarm.id} [{esc(alarm.kind)}] {esc(alarm.workload)} "
                          f"{esc(alarm.check)}:{esc(alarm.metric)}{_recovered_in(event, outcome, run_id, esc)}: "
-                         f"{esc(wording.joined(*wording.event_parts(event)))}")
+                         f"{wording.listed(*wording.event_parts(event), alarm.id, esc=esc)}")
             baseline = baselines.get(alarm.id, ("", None))[0]
             more = [f"baseline {esc(baseline)}"] if baseline else []
             more += [esc(page)] if page else []

@@ -41,11 +41,11 @@ def render_alarms(alarms: list[Any], out: Console) -> None:
 
 
 def _listed(alarm: Any) -> str:
-    """An alarm's message as listed: a recovered one says how it is now, in which run, and what it was."""
+    """An alarm's message as listed: a recovered one says how it is now, in which run, and what it was; shortened
+    (`alarms show` has it whole)."""
     now, was = wording.alarm_parts(alarm)
-    if was and alarm.recovery_run_id is not None:
-        now = f"run {alarm.recovery_run_id}: {now}"
-    return wording.joined(now, was)
+    text = wording.listed(now, was, alarm.id)
+    return f"run {alarm.recovery_run_id}: {text}" if was and alarm.recovery_run_id is not None else text
 
 
 def render_alarm(alarm: Any, out: Console) -> None:
@@ -108,7 +108,7 @@ def render_alarm_report(report: Any, out: Console) -> None:
         alarm = event.alarm
         word = "[red]alarm reopened[/]" if event.reopened else EVENT_WORDS[event.event]
         out.print(f"{word} #{alarm.id} {escape(alarm.workload)} {escape(alarm.check)}:{escape(alarm.metric)}: "
-                  f"{escape(wording.joined(*wording.event_parts(event)))}")
+                  f"{escape(wording.listed(*wording.event_parts(event), alarm.id))}")
     failed = len(report.failed_deliveries)
     if failed:
         out.print(f"[red]{failed} notifier{'s' * (failed > 1)} could not deliver[/] (see the warnings above); "

@@ -114,9 +114,9 @@ def alarm_lines(events: list[Any]) -> list[str]:
     for event in events:
         alarm = event.alarm
         word = "🚨 reopened" if event.reopened else words[event.event]
-        what = wording.joined(*wording.event_parts(event))
+        what = wording.listed(*wording.event_parts(event), alarm.id, esc=cell)
         lines.append(f"- {word} alarm #{alarm.id} {code(alarm.workload)} {cell(alarm.check)}:{code(alarm.metric)}"
-                     f" ({cell(alarm.kind)}, first on {cell(alarm.target) or 'no target'}): {cell(what)}")
+                     f" ({cell(alarm.kind)}, first on {cell(alarm.target) or 'no target'}): {what}")
     return lines
 
 

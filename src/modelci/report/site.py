@@ -56,7 +56,9 @@ class SiteReport:
 
 def collect_alarms(store: Any) -> list[dict[str, Any]]:
     """The live alarms (open, acknowledged, silenced) as dicts: id, workload, runner, check, metric, kind, target
-    (the label of the target it first fired on), state, message, opened_at, recovered, last_target."""
+    (the label of the target it first fired on), state, message, opened_at, recovered, last_target. The message
+    is as listed (wording.listed: shortened); `cut` says whether something was left out, and `run_id` is the run
+    it last fired in, whose page has the whole of it."""
     from modelci.alarms import wording
     from modelci.alarms.lifecycle import list_alarms
 
@@ -66,7 +68,10 @@ def collect_alarms(store: Any) -> list[dict[str, Any]]:
     for alarm in list_alarms(store):
         row = {key: getattr(alarm, key) for key in keys}
         row["state"] = alarm.status
-        row["message"] = wording.joined(*wording.alarm_parts(alarm))  # a recovered one: how it is now, then "was"
+        now, was = wording.alarm_parts(alarm)  # a recovered one: how it is now, then "was"
+        row["message"] = wording.joined(*(wording.shorten(part)[0] for part in (now, was)))
+        row["cut"] = any(wording.shorten(part)[1] for part in (now, was))
+        row["run_id"] = alarm.last_run_id
         rows.append(row)
     return rows
 
