@@ -163,10 +163,10 @@ def test_an_allow_entry_silences_until_its_date_and_then_is_an_error(tmp_path):
 def test_a_policy_naming_a_metric_no_workload_records_is_an_error_once_the_history_says_so(tmp_path, capsys,
                                                                                              monkeypatch):
     history = History(tmp_path / "p", '[[policy]]\nmetric = "acuracy"\nactive = true\n')
-    with pytest.raises(UserError) as error:
-        history.run("1.0", [timed(SLOW, 0.1, extra={"accuracy": [0.9, 0.91, 0.9]})])
-    text = str(error.value)
-    assert "run 1 is stored, but" in text and "[[policy]] entry 1: key 'metric' names 'acuracy'" in text
+    outcome = history.run("1.0", [timed(SLOW, 0.1, extra={"accuracy": [0.9, 0.91, 0.9]})])
+    (text,) = outcome.config_errors  # said after the run's report, not instead of it
+    assert "[[policy]] entry 1: key 'metric' names 'acuracy'" in text
+    assert "run 1 is judged and reported without it" in text
     assert "known metrics: status, loss" in text and "accuracy" in text
     assert history.store.run(1).row.status == "complete"
     monkeypatch.chdir(history.root)
@@ -301,3 +301,28 @@ def test_an_expired_allow_entry_stops_the_commands_that_judge_and_not_those_that
     refused = cli("run", "--target", "current", "--suite", "zoo:numpy")
     assert refused.returncode == 2 and said in " ".join(refused.stderr.split()), refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_mistyped_policy_metric_does_not_swallow_the_verdicts_of_the_run_that_finds_it(fake_project, capsys):
+    # the entry's error used to replace the run's report: the run that regressed printed that line alone (exit 2),
+    # wrote no --json file and opened no alarm, and as a stored complete run it became the next run's baseline,
+    # so its regression was never alarmed at all
+    import json
+
+    from modelci.store import Store
+
+    with open(fake_project.root / "modelci.toml", "a") as toml:
+        toml.write('[[policy]]\nmetric = "acuracy"\nthreshold = 0.01\n')
+    base = ["run", "--suite", str(fake_project.suite), "-k", "Slow"]
+    assert cli.main([*base, "--target", str(fake_project.v10)]) == 2  # nothing regressed: the entry fails CI alone
+    assert "[[policy]] entry 1: key 'metric' names 'acuracy'" in capsys.readouterr().err
+    report = fake_project.root / "report.json"
+    assert cli.main([*base, "--target", str(fake_project.v11), "--json", str(report)]) == 1  # the regression first
+    out, err = capsys.readouterr()
+    assert "1 regression" in out and "fakesuite/Slow" in out
+    assert "[[policy]] entry 1: key 'metric' names 'acuracy'" in err and "run 2 is judged and reported" in err
+    data = json.loads(report.read_text())
+    assert data["regressed"] is True and "names 'acuracy'" in data["config_errors"][0]
+    assert [(a["event"], a["metric"]) for a in data["alarms"]] == [("open", "time.infer")]
+    store = Store.from_config(config_module.load())
+    assert [(a.workload, a.metric) for a in lifecycle.list_alarms(store)] == [("fakesuite/Slow", "time.infer")]

@@ -47,4 +47,4 @@ def test_no_alarms_still_checks_the_entries_that_judged_the_run(fake_project, ca
         toml.write('[[policy]]\nmetric = "acuracy"\nthreshold = 0.1\n')
     capsys.readouterr()
     assert cli.main([*base, "--no-alarms"]) == 2
-    assert "is stored, but" in capsys.readouterr().err
+    assert "run 2 is judged and reported without it" in capsys.readouterr().err

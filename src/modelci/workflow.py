@@ -122,11 +122,20 @@ class RunOutcome:
     #: False when no check ran on the results (cancelled, not stored, or the history failed after storing them):
     #: an empty list of findings then means nothing, not a pass
     judged: bool = True
+    #: the config errors found once the run was stored and judged ([[policy]] metrics no workload records:
+    #: alarms.hooks.check_config), for the command to say after the run's report rather than instead of it
+    config_errors: list[str] = field(default_factory=list)
 
     @property
     def results(self) -> list[Result]:
         """The results, in execution order."""
         return [c.result for c in self.comparisons]
+
+    def refuse_config_errors(self) -> None:
+        """Raise the first config error as a UserError: for the callers that have no report to write first (a
+        bisect's probes), to which such an error is still bad input."""
+        if self.config_errors:
+            raise UserError(self.config_errors[0])
 
 
 def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str | None = None, *,

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from modelci.alarms import changes, lifecycle, notify, settings
 from modelci.alarms.lifecycle import AlarmEvent, Observation
+from modelci.errors import UserError
 from modelci.store.alarms_schema import AlarmRow
 from modelci.store.schema import MetricRow, OutputRow, ResultRow
 
@@ -191,26 +192,42 @@ def _suite_recoveries(store: Any, runner: str, seen: set[str]) -> list[Observati
     return found
 
 
-def check_config(config: Any, store: Any, outcome: Any) -> None:
+def check_config(config: Any, store: Any, outcome: Any) -> list[str]:
     """The checks of the configuration that need the history, run once a run is stored and judged, whether or
     not the alarm step follows (`--no-alarms`, a PR build, is judged by the same entries): a [[policy]] metric
-    that no workload records is a UserError, any other pattern that matches nothing a warning."""
+    that no workload records is an error, any other pattern that matches nothing a warning.
+
+    The errors are kept in `outcome.config_errors` (and returned), not raised: a metric name only the results
+    can confirm is known to be wrong only once the run is stored, and raising then lost the run's verdicts, its
+    alarm and its report files, while the stored run became the next one's baseline. Such an entry matches no
+    metric of the run, so it judged nothing: the verdicts of the other entries stand, and the command says the
+    bad entry after its report (`modelci run` exits 2 for it unless the run regressed, docs/alarms.md)."""
     if outcome.run_id is None:  # every result was reused: the history holds nothing new to check against
-        return
-    check_policy_metrics(config, store, f"run {outcome.run_id} is stored, but")
+        return []
+    outcome.config_errors = [f"{problem} (run {outcome.run_id} is judged and reported without it: the "
+                             "entry matches no metric of the run, so it judged nothing)"
+                             for problem in unknown_policy_metrics(config, store)]
     warn_unmatched(config, store, outcome)
+    return outcome.config_errors
 
 
 def check_policy_metrics(config: Any, store: Any, prefix: str = "") -> None:
     """Refuse a [[policy]] naming a user metric or output that no workload records (settings.check_policy_metrics)."""
+    problems = unknown_policy_metrics(config, store, prefix)
+    if problems:
+        raise UserError(problems[0])
+
+
+def unknown_policy_metrics(config: Any, store: Any, prefix: str = "") -> list[str]:
+    """One message per [[policy]] entry naming a user metric or output that no workload in the history records."""
     pending = [p for p in config.policies if not settings.is_builtin_metric(p["metric"])]
     if not pending:
-        return
+        return []
     with store.read() as session:
         names = set(session.scalars(select(MetricRow.name).distinct()))
         names |= {f"output:{n}" for n in session.scalars(select(OutputRow.name).distinct())}
     where = f"{prefix} {config.file or 'config'}".strip()
-    settings.check_policy_metrics(pending, names, where)
+    return settings.unknown_policy_metrics(pending, names, where)
 
 
 def warn_unmatched(config: Any, store: Any, outcome: Any) -> None:

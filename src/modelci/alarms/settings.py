@@ -86,17 +86,27 @@ def _builtin_or_output(metric: str) -> bool:
 def check_policy_metrics(policies: Iterable[dict], known: Iterable[str], where: str) -> None:
     """Refuse a [[policy]] whose user metric or output matches nothing the history records (a typo would
     otherwise silently judge nothing). `known` holds metric names and `output:NAME`s seen in the history."""
+    problems = unknown_policy_metrics(policies, known, where)
+    if problems:
+        raise UserError(problems[0])
+
+
+def unknown_policy_metrics(policies: Iterable[dict], known: Iterable[str], where: str) -> list[str]:
+    """One message per [[policy]] entry whose user metric or output matches nothing in `known` (the metric names
+    and `output:NAME`s the history records), naming the entry, the key and the names there are."""
     known = set(known)
+    problems = []
     for entry in policies:
         metric = entry["metric"]
         if is_builtin_metric(metric) or any(fnmatch.fnmatchcase(name, metric) for name in known):
             continue
         seen = sorted(n for n in known if not is_builtin_metric(n))
-        raise UserError(
+        problems.append(
             f"{where}: [[policy]] entry {entry.get('_entry', '?')}: key 'metric' names {metric!r}, which no workload "
             f"in the history records; known metrics: {', '.join([*BUILTIN_METRICS, *seen])}. Fix the name or remove "
             "the entry"
         )
+    return problems
 
 
 def validate_allow(entries: Any, where: str, today: date, expired: list[str] | None = None) -> list[dict]:

@@ -539,6 +539,7 @@ class _Prober:
             outcome = workflow.run(self.config, spec, self.suite_specs, self.pattern, reuse=not fresh,
                                    progress=Progress(quiet=True), command=self.command, alarms=False,
                                    pool=self.pool, compile_bytecode=False, store=self.store)
+            outcome.refuse_config_errors()  # a probe has no report to say it after: it stays bad input
         except UserError as exc:
             if round == 0:
                 raise  # an end that cannot even be set up is bad input, not an untestable commit

@@ -59,7 +59,8 @@ class CompatProber:
 
         self.log(f"the good end {self.producer_spec} is the producer: its saved models are loaded at each probe")
         workflow.run(self.config, self.producer_spec, self.suite_specs, self.pattern, reuse=True,
-                     progress=Progress(quiet=True), alarms=False, store=getattr(self.prober, "store", None))
+                     progress=Progress(quiet=True), alarms=False,
+                     store=getattr(self.prober, "store", None)).refuse_config_errors()
 
     @property
     def producer(self) -> str:
@@ -96,6 +97,7 @@ class CompatProber:
         outcome = workflow.run(self.config, spec, self.suite_specs, self.pattern, reuse=True,
                                progress=Progress(quiet=True), alarms=False, pool=getattr(self.prober, "pool", None),
                                compile_bytecode=False, store=getattr(self.prober, "store", None))
+        outcome.refuse_config_errors()  # as a probe's run does (bisect._Prober)
         run_id = outcome.run_id or next((r.run_id for r in outcome.results if r.run_id is not None), None)
         return {"run_id": run_id, "reused": all(r.reused for r in outcome.results)}
 

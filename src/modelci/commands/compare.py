@@ -31,7 +31,7 @@ def main(args, cfg) -> int:
     from modelci.report import console as views
     from modelci.report.console import escape
 
-    from modelci.commands.run import prepare_report_files
+    from modelci.commands.run import prepare_report_files, say_config_errors
 
     prepare_report_files(args, cfg)
     from modelci import targets
@@ -68,7 +68,8 @@ def main(args, cfg) -> int:
         views.console(stderr=True).print(f"[red]B gave no result for {escape(shown)}: nothing of "
                                          f"{'them' if len(unmeasured) > 1 else 'it'} was compared, so this is no "
                                          "pass[/]")
-    return EXIT_REGRESSION if outcome.regressed or unmeasured else EXIT_OK
+    code = EXIT_REGRESSION if outcome.regressed or unmeasured else EXIT_OK
+    return say_config_errors(outcome.b.config_errors if outcome.b is not None else [], code)
 
 
 def _write_report_files(args, outcome) -> None:

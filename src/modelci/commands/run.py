@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, Once, add_selection, jobs
+from modelci.commands import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, Once, add_selection, jobs
 
 
 def add_parser(sub) -> None:
@@ -138,7 +138,18 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
         if args.json_path and bisects:
             with files.writing(report_paths(args), "the run and the bisects' probes are stored"):
                 json_report.write(args.json_path, report | {"bisects": [b.to_json() for b in bisects]})
-    return EXIT_REGRESSION if bad else EXIT_OK
+    return say_config_errors(outcome.config_errors, EXIT_REGRESSION if bad else EXIT_OK)
+
+
+def say_config_errors(errors: list[str], code: int) -> int:
+    """Say the config errors found once the run was stored (a [[policy]] metric no workload records), one
+    `error:` line each, after the run's report, alarms and report files; the exit code: the run's own when it
+    is not 0 (a regression outranks the entry that judged nothing), else 2, so that the entry fails CI too."""
+    from modelci.report.console import console, escape
+
+    for error in errors:
+        console(stderr=True).print(f"[red]error:[/] {escape(error)}")
+    return code if code != EXIT_OK or not errors else EXIT_USAGE
 
 
 def bisect_plan(args, spec: str | None) -> dict | None:

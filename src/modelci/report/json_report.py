@@ -87,7 +87,9 @@ def run_report(outcome: Any, regressed: bool) -> dict[str, Any]:
     """The report of `modelci run`."""
     return {"schema": SCHEMA, "kind": "run", "regressed": regressed, "interrupted": outcome.interrupted,
             "judged": getattr(outcome, "judged", True), "run": run_section(outcome),
-            "results": result_entries(outcome.comparisons), "alarms": alarm_entries(outcome.alarms)}
+            "results": result_entries(outcome.comparisons), "alarms": alarm_entries(outcome.alarms),
+            # entries found wrong once the run was stored: the run is judged without them, and exits 2 for them
+            "config_errors": list(getattr(outcome, "config_errors", []))}
 
 
 def compare_report(outcome: Any) -> dict[str, Any]:
@@ -109,7 +111,8 @@ def compare_report(outcome: Any) -> dict[str, Any]:
             "problem": getattr(outcome, "problem", ""),
             "run": run_section(b) if b is not None else None,
             "baseline_run": run_section(a) if a is not None else None, "results": result_entries(outcome.comparisons),
-            "alarms": alarm_entries(outcome.alarms), "environment_diff": env_diff}
+            "alarms": alarm_entries(outcome.alarms), "environment_diff": env_diff,
+            "config_errors": list(getattr(b, "config_errors", []))}
 
 
 def calibration_report(outcome: Any) -> dict[str, Any]:
