@@ -399,3 +399,29 @@ def test_an_output_whose_stored_baseline_cannot_be_read_neither_fires_nor_recove
     assert events(outcome) == []
     (alarm,) = lifecycle.list_alarms(history.store)
     assert (alarm.metric, alarm.recovered) == ("output:y", False)
+
+
+def test_the_build_that_puts_an_output_back_fixes_its_alarm_and_is_no_regression(fake_project, capsys):
+    """1.1 changes an output (alarm #1), 1.2 keeps the change, 1.3 puts it back as 1.0 had it. Against its moving
+    baseline (1.2) 1.3 differs, and was judged a regression of its own: exit 1, the alarm seen a third time with
+    the fix as its message, and the recovery credited to the build after it. Against the baseline the alarm first
+    fired on (1.0), as recovery is judged, it is the fix."""
+    broken = source("1.2").replace('_V11 = __version__ == "1.1"', '_V11 = __version__ in ("1.1", "1.2")')
+    v12 = build_fake_wheel(fake_project.wheels, "fakefw", "1.2", {"fakefw/__init__.py": broken})
+    v13 = build_fake_wheel(fake_project.wheels, "fakefw", "1.3", {"fakefw/__init__.py": source("1.3")})
+    report = fake_project.root / "report.json"
+    base = ["run", "--suite", str(fake_project.suite), "-k", "Precision", "--json", str(report), "--target"]
+    assert [cli.main([*base, str(wheel)]) for wheel in (fake_project.v10, fake_project.v11, v12)] == [0, 1, 0]
+    (alarm,) = lifecycle.list_alarms(Store.from_config(config_module.load()))
+    assert (alarm.metric, alarm.count, alarm.recovered) == ("output:scaled", 2, False)
+    capsys.readouterr()
+    assert cli.main([*base, str(v13)]) == 0
+    out = capsys.readouterr().out
+    assert f"fixes alarm #{alarm.id}" in out and "recovered" in out
+    data = json.loads(report.read_text())
+    (fixed,) = [f for r in data["results"] for f in r["findings"] if f["metric"] == "output:scaled"]
+    assert fixed["verdict"] == "improvement" and fixed["numbers"]["fixes_alarm"] == alarm.id
+    assert data["regressed"] is False
+    assert [(a["event"], a["id"]) for a in data["alarms"]] == [("recovered", alarm.id)]
+    (alarm,) = lifecycle.list_alarms(Store.from_config(config_module.load()))
+    assert (alarm.count, alarm.recovered) == (2, True)

@@ -662,6 +662,7 @@ def evaluate(config: Config, store: Store, target: targets.Target, results: list
     """Compare each result with its baseline (given, chosen by `rule`; or the one the history's target order
     gives, modelci.baselines) and store the findings of the results in `store_for` (default: all stored ones)."""
     from modelci import baselines as choosing
+    from modelci.alarms import lifecycle
 
     chooser = choosing.Chooser(target, getattr(config, "cache_dir", None))
     comparisons = []
@@ -670,7 +671,10 @@ def evaluate(config: Config, store: Store, target: targets.Target, results: list
             baseline, why = baselines.get(result.workload), rule
         else:
             baseline, why = store.choose_baseline(result.workload, config.runner, target, chooser)
-        findings = checks.evaluate(result, baseline, policy_for(config, store, result.workload))
+        policy = policy_for(config, store, result.workload)
+        findings = checks.evaluate(result, baseline, policy)
+        if baselines is None:  # a compare's A is the reference the user named: no alarm's baseline replaces it
+            lifecycle.judge_fixes(store, config.runner, result, baseline, findings, policy)
         comparison = Comparison(result=result, baseline=baseline, findings=findings, baseline_rule=why)
         note_baseline_rule(comparison)
         if result.id is not None and (store_for is None or id(result) in store_for):

@@ -27,6 +27,8 @@ from modelci.store.schema import ResultRow, RunRow, utcnow
 BISECT_EVENTS = ("bisected", "bisect-failed")
 #: alarm kinds, by what fired
 KINDS = ("regression", "status", "change", "disappeared", "empty-suite", "stale")
+#: the pairwise checks, whose alarms keep the baseline they first fired on (recovery is judged against it)
+PAIRWISE_CHECKS = ("precision", "curve", "timing", "memory", "metric")
 
 
 @dataclass
@@ -199,7 +201,7 @@ def apply(store: Any, config: Any, observations: Iterable[Observation], *, run_i
 def _still_firing(store: Any, config: Any, row: AlarmRow, obs: Observation) -> checks.Finding | None:
     """Judge a "normal" result against the baseline the alarm first fired on: the finding when it is still a
     regression there, else None."""
-    if row.check not in ("precision", "curve", "timing", "memory", "metric") or row.baseline_result_id is None:
+    if row.check not in PAIRWISE_CHECKS or row.baseline_result_id is None:
         return None
     current = obs.result
     if current is None or current.status != "ok":
@@ -212,6 +214,52 @@ def _still_firing(store: Any, config: Any, row: AlarmRow, obs: Observation) -> c
     findings = checks.evaluate(current, baseline, changes.calibrated(config, store)(row.runner, row.workload))
     return next((f for f in findings if f.check == row.check and f.metric == row.metric and f.verdict == "regression"),
                 None)
+
+
+def judge_fixes(store: Any, runner: str, current: Result, baseline: Result | None, findings: list[checks.Finding],
+                policy: Any) -> None:
+    """Turn into an improvement each gating regression of `current` that fixes a live alarm: one on the same
+    metric, not recovered, whose first baseline is not `baseline` and against which `current` passes.
+
+    A check with no direction (an output, a curve) calls any difference a regression. Once the build that broke
+    an output is the moving baseline, the build that puts it back differs from it, and was judged a new
+    regression while the alarm it fixes went on counting; the recovery was credited to the build after it.
+    Judged against the baseline the alarm first fired on (as recovery is, docs/alarms.md), it is the fix."""
+    wanted = {(f.check, f.metric): f for f in findings
+              if f.verdict == "regression" and f.gating and f.check in PAIRWISE_CHECKS}
+    if not wanted or current.status != "ok" or not _has_alarms(store):
+        return
+    keys = [alarm_key(runner, current.workload, check, metric) for check, metric in wanted]
+    firsts: dict[int, tuple[Result, str]] = {}
+    with store.read() as session:
+        stmt = select(AlarmRow).where(AlarmRow.key.in_(keys), AlarmRow.state != "resolved",
+                                      AlarmRow.recovered_at.is_(None), AlarmRow.baseline_result_id.is_not(None))
+        rows = [row for row in session.scalars(stmt)
+                if baseline is None or row.baseline_result_id != baseline.id]
+        alarms = [(row.id, row.check, row.metric, row.baseline_result_id) for row in rows]
+        moving = session.get(ResultRow, baseline.id) if baseline is not None and baseline.id is not None else None
+        now_against = f"this run's baseline {moving.run.target.label}" if moving is not None else "this run's baseline"
+        for number in {row.baseline_result_id for row in rows}:
+            original = session.get(ResultRow, number)
+            if original is not None and original.status == "ok":
+                firsts[number] = (store.to_result(original), original.run.target.label)
+    for alarm_id, check, metric, first_id in alarms:
+        if first_id not in firsts:
+            continue
+        first, label = firsts[first_id]
+        again = next((f for f in checks.evaluate(current, first, policy) if (f.check, f.metric) == (check, metric)),
+                     None)
+        # "new": nothing was compared there (the first baseline lacks it, or its array cannot be read)
+        if again is None or again.verdict in ("regression", "new") or "unreadable" in (again.numbers or {}):
+            continue
+        finding = wanted[check, metric]
+        before = f"against {now_against}: {finding.message}"
+        finding.verdict = "improvement"
+        finding.numbers = {**finding.numbers, "fixes_alarm": alarm_id, "alarm_baseline": label,
+                           "alarm_baseline_result_id": first_id,
+                           "reason": f"back to {label}, the baseline alarm #{alarm_id} first fired on"}
+        finding.message = (f"fixes alarm #{alarm_id}: {metric} is back to {label}, the baseline the alarm first "
+                           f"fired on ({before})")
 
 
 def _lapse_silences(session: Any, today: date, run_id: int | None) -> None:
