@@ -561,3 +561,57 @@ def test_shorten_keeps_the_first_line_within_the_limit(text, short, cut):
     from modelci.alarms import wording
 
     assert wording.shorten(text) == (short, cut)
+
+
+def test_a_notification_that_failed_is_sent_again_once_by_the_next_run_to_the_notifier_that_failed_it(tmp_path,
+                                                                                                   monkeypatch):
+    # a failed delivery was recorded and forgotten: the next runs only saw the alarm, and nobody heard of it
+    server = Receiver(statuses=[503, 503, 503])  # down for the three attempts of 1.1's delivery
+    hook = tmp_path / "hook.md"
+    try:
+        monkeypatch.setenv("TEST_HOOK_URL", server.url)
+        history = History(tmp_path / "p", WEBHOOK + f'[[notify]]\nkind = "markdown"\npath = "{hook}"\n')
+        history.run("1.0", [timed(SLOW, 0.10)])
+        opened = history.run("1.1", [timed(SLOW, 0.13, seed=1)])
+        assert [d.ok for d in opened.alarms.deliveries] == [False, True] and server.posts == []
+        again = history.run("1.2", [timed(SLOW, 0.13, seed=2)])  # the alarm is only seen: no news of its own
+        assert again.alarms.events == [] and [d.ok for d in again.alarms.deliveries] == [True, True]
+        (post,) = server.posts  # to the webhook that failed it, not to the markdown file that had it
+        assert "OPENED" in post["text"] and post["modelci"]["events"][0]["event"] == "open"
+        history.run("1.3", [timed(SLOW, 0.13, seed=3)])
+        assert len(server.posts) == 1  # once
+        (alarm,) = lifecycle.list_alarms(history.store)
+        log = [e["event"] for e in lifecycle.get_alarm(history.store, alarm.id).events]
+        assert log == ["opened", "notify-failed", "notified", "seen", "notify-resend", "notified", "seen"]
+    finally:
+        server.close()
+
+
+def test_alarms_check_sends_again_what_failed_and_two_claims_send_it_once(tmp_path, monkeypatch, capsys):
+    server = Receiver(statuses=[503, 503, 503])
+    try:
+        monkeypatch.setenv("TEST_HOOK_URL", server.url)
+        history = History(tmp_path / "p", WEBHOOK + "[alarms]\nstale_after_days = 0\n")
+        slow_then_fixed(history)  # 1.1's opening fails, 1.2 sends it again, 1.3's recovery arrives
+        history.run("1.4", [timed(SLOW, 0.13, seed=4)])  # it fires again: reopened, and delivered
+        assert [p["modelci"]["events"][0]["event"] for p in server.posts] == ["open", "recovered", "open"]
+        server.statuses = [503, 503, 503]
+        history.run("1.5", [timed(SLOW, 0.10, seed=5)])  # its recovery fails
+        monkeypatch.chdir(history.root)
+        capsys.readouterr()
+        assert cli.main(["alarms", "check"]) == 0
+        assert server.posts[-1]["modelci"]["events"][0]["event"] == "recovered" and len(server.posts) == 4
+        assert "sent again what failed to be delivered before: alarm(s) #1" in capsys.readouterr().out
+        assert cli.main(["alarms", "check"]) == 0 and len(server.posts) == 4  # once
+        server.statuses = [503, 503, 503]
+        history.run("1.6", [timed(SLOW, 0.13, seed=6)])  # reopened, and that fails
+        names = [notify.describe(entry) for entry in history.config.notify]
+        # claimed under the history's write lock: a second runner at the same time finds it claimed, sends nothing
+        first = lifecycle.claim_undelivered(history.store, names)
+        assert [(e.event, e.reopened) for e in first[names[0]]] == [("open", True)]
+        assert lifecycle.claim_undelivered(history.store, names) == {}
+        # a claim whose process died before it said how the delivery went is claimed again, later
+        later = lifecycle.utcnow() + lifecycle.timedelta(seconds=lifecycle.RESEND_CLAIM_SECONDS + 1)
+        assert list(lifecycle.claim_undelivered(history.store, names, now=later)) == names
+    finally:
+        server.close()

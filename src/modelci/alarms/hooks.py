@@ -29,6 +29,8 @@ class AlarmReport:
     """What the alarm step did for one run: events (opened, recovered), change points found, deliveries."""
 
     events: list[AlarmEvent] = field(default_factory=list)
+    #: events whose delivery failed before, sent again with this run's (notify.undelivered)
+    resent: list[AlarmEvent] = field(default_factory=list)
     changes: list[changes.SeriesChange] = field(default_factory=list)
     deliveries: list[notify.Delivery] = field(default_factory=list)
 
@@ -66,7 +68,10 @@ def after_run(config: Any, store: Any, outcome: Any, *, today: date | None = Non
     target_id = store.run_target_id(outcome.run_id)
     report.events = lifecycle.apply(store, config, observations, run_id=outcome.run_id, target_id=target_id,
                                     target_label=outcome.target.label, today=today)
-    report.deliveries = notify.deliver(config, report.events, outcome=outcome, store=store, run_id=outcome.run_id)
+    resend = notify.undelivered(config, store, outcome.run_id)
+    report.resent = [event for events in resend.values() for event in events]
+    report.deliveries = notify.deliver(config, report.events, outcome=outcome, store=store, run_id=outcome.run_id,
+                                       resend=resend)
     _say_failures(report)
     return report
 
@@ -77,7 +82,9 @@ def check_now(config: Any, store: Any, *, today: date | None = None) -> AlarmRep
     report = AlarmReport()
     observations = lifecycle.stale_observations(store, config.alarms.get("stale_after_days", 7))
     report.events = lifecycle.apply(store, config, observations, today=today)
-    report.deliveries = notify.deliver(config, report.events, store=store)
+    resend = notify.undelivered(config, store)
+    report.resent = [event for events in resend.values() for event in events]
+    report.deliveries = notify.deliver(config, report.events, store=store, resend=resend)
     _say_failures(report)
     return report
 

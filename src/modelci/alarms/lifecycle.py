@@ -297,6 +297,62 @@ def log_event(store: Any, alarm_ids: Iterable[int], event: str, run_id: int | No
                         for i in alarm_ids)
 
 
+#: the alarm log's records of a delivery: delivered, failed, or claimed to be sent again (claim_undelivered)
+NOTIFY_EVENTS = ("notified", "notify-failed", "notify-resend")
+#: a claim this old with no outcome after it died with its process (a delivery holds a run 600 s at most)
+RESEND_CLAIM_SECONDS = 1200
+#: the alarm log's events that a notification tells of, as the event notified
+TOLD_EVENTS = {"opened": "open", "reopened": "open", "recovered": "recovered", "bisected": "bisected",
+               "bisect-failed": "bisected"}
+
+
+def claim_undelivered(store: Any, names: Iterable[str], run_id: int | None = None,
+                      now: datetime | None = None) -> dict[str, list[AlarmEvent]]:
+    """Notifier name (notify.describe) -> the events of live alarms whose delivery to it failed, and that are
+    still news (an opening while the alarm has not recovered since, a recovery while it still is, a bisect).
+
+    A failed delivery used to be recorded and forgotten: the alarm went on being seen, and the people it was
+    for never heard of it. Each is claimed with a `notify-resend` event in one transaction under the history's
+    write lock, so that of two runners at once only one sends it again; the delivery's outcome (`notified` or
+    `notify-failed`) follows, and a failure is claimed again by a later run."""
+    names = list(names)
+    if not names or not _has_alarms(store):
+        return {}
+    now = now or utcnow()
+    claimed: dict[str, list[AlarmEvent]] = {}
+    with store.write() as session:
+        failed = select(AlarmEventRow.alarm_id).where(AlarmEventRow.event == "notify-failed")
+        stmt = select(AlarmRow).where(AlarmRow.id.in_(failed), AlarmRow.state.in_(("open", "acknowledged")))
+        for row in session.scalars(stmt.order_by(AlarmRow.id)):
+            for name in names:
+                event = _undelivered(row, name, now)
+                if event is not None:
+                    _event(session, row, "notify-resend", run_id, detail=name)
+                    claimed.setdefault(name, []).append(event)
+    return claimed
+
+
+def _undelivered(row: AlarmRow, name: str, now: datetime) -> AlarmEvent | None:
+    """The event of `row` whose delivery to the notifier `name` failed last and is still news, or None."""
+    log = list(row.events)
+    # a notify-failed detail is the delivery's error, which starts with the notifier's name
+    mine = [i for i, e in enumerate(log) if e.event in NOTIFY_EVENTS and (e.detail == name
+                                                                           or e.detail.startswith(f"{name}: "))]
+    if not mine or log[mine[-1]].event == "notified":
+        return None
+    last = log[mine[-1]]
+    if last.event == "notify-resend" and now - _aware(last.at) < timedelta(seconds=RESEND_CLAIM_SECONDS):
+        return None  # another process is sending it now
+    told = next((e for e in reversed(log[:mine[-1]]) if e.event in TOLD_EVENTS), None)
+    if told is None:
+        return None
+    event = TOLD_EVENTS[told.event]
+    recovered = row.recovered_at is not None
+    if (event == "open" and recovered) or (event == "recovered" and not recovered):
+        return None  # since then it recovered (or fired again): that is the news, told in its own right
+    return AlarmEvent(event, to_alarm(row), reopened=told.event == "reopened")
+
+
 def _event(session: Any, row: AlarmRow, event: str, run_id: int | None = None, by: str = "", detail: str = "") -> None:
     session.add(AlarmEventRow(alarm_id=row.id, event=event, run_id=run_id, by=by, detail=detail[:EVENT_DETAIL_MAX]))
 

@@ -8,7 +8,8 @@
 
 Webhook and e-mail fire only when an alarm opens or recovers, never on every run; the two file kinds write every
 run. A failing notifier is retried with exponential backoff, a bounded number of times, then logged and reported:
-the run is stored before anyone is notified, so a notifier can never lose it.
+the run is stored before anyone is notified, so a notifier can never lose it. What it failed to deliver is sent
+again by the next run or `alarms check` (`undelivered`), to it alone.
 """
 
 from __future__ import annotations
@@ -427,11 +428,23 @@ NOTIFIERS: dict[str, tuple[Callable[..., None], bool]] = {
 }
 
 
+def undelivered(config: Any, store: Any, run_id: int | None = None) -> dict[str, list[AlarmEvent]]:
+    """The events whose delivery to a configured notifier failed before and that are still news, claimed for
+    this process to send again (lifecycle.claim_undelivered): notifier name -> events, for `deliver`'s
+    `resend`. The junit kind writes a run, not events: it has none to send again."""
+    from modelci.alarms import lifecycle
+
+    names = [describe(entry) for entry in config.notify if not NOTIFIERS[entry["kind"]][1]]
+    return lifecycle.claim_undelivered(store, names, run_id)
+
+
 def deliver(config: Any, events: list[AlarmEvent], *, outcome: Any = None, store: Any = None,
             run_id: int | None = None, environ: Mapping[str, str] | None = None,
-            sleep: Callable[[float], None] = time.sleep) -> list[Delivery]:
+            sleep: Callable[[float], None] = time.sleep,
+            resend: Mapping[str, list[AlarmEvent]] | None = None) -> list[Delivery]:
     """Send to every configured notifier that has something to say; never raises. With a store, each delivery is
-    recorded in the events of the alarms it was about."""
+    recorded in the events of the alarms it was about. `resend` (notifier name -> events, from `undelivered`)
+    adds to a notifier's message the events it failed to deliver before."""
     environ = os.environ if environ is None else environ
     deliveries = []
     try:
@@ -443,6 +456,8 @@ def deliver(config: Any, events: list[AlarmEvent], *, outcome: Any = None, store
     for entry in config.notify:
         send, needs_run = NOTIFIERS[entry["kind"]]
         wanted = [e for e in events if e.event in entry["on"]]
+        fresh = {e.alarm.id for e in wanted}  # an alarm's news of this run is newer than what failed before
+        wanted += [e for e in (resend or {}).get(describe(entry), []) if e.alarm.id not in fresh]
         if needs_run and outcome is None:
             continue
         if entry["kind"] in ("webhook", "email") and not wanted:

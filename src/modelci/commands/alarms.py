@@ -107,5 +107,8 @@ def main(args, cfg) -> int:
         views.render_alarm_report(report, out)
         opened = [e for e in report.events if e.event == "open"]
         out.print(f"{len(opened)} alarm(s) opened, {len(report.events) - len(opened)} recovered")
+        if report.resent:  # whether they arrived this time: the warnings above, and `modelci alarms show ID`
+            ids = ", ".join(f"#{i}" for i in dict.fromkeys(e.alarm.id for e in report.resent))
+            out.print(f"sent again what failed to be delivered before: alarm(s) {ids}")
         return EXIT_REGRESSION if opened else EXIT_OK
     return EXIT_OK
