@@ -77,6 +77,23 @@ def test_a_lock_whose_wheel_was_rebuilt_is_refused(wheel_env, fake_wheel_factory
                       log=quiet)
 
 
+def test_a_lock_whose_wheel_file_moved_names_it(wheel_env, tmp_path):
+    """A lock names its local wheels by path; moved (or the lock made on another machine), the rebuild failed with
+    uv's "no version of fakefw==1.0" alone, and nothing said which file was missing."""
+    lock = lock_of(wheel_env)
+    wheel = Path(lock.wheels[0]["path"])
+    moved = wheel.rename(tmp_path / "moved.whl")
+    try:
+        with pytest.raises(UserError) as refused:
+            ensure_locked(lock, resolve("fakefw==1.0"), sys.executable, IndexConfig(no_index=True),
+                          tmp_path / "c", log=quiet)
+    finally:
+        moved.rename(wheel)
+    said = " ".join(str(refused.value).split())
+    assert f"The lock's local wheel files are not where it says: {wheel} (not there)" in said, said
+    assert "MODELCI_FIND_LINKS" in said
+
+
 def test_a_lock_from_another_platform_or_python_is_refused(wheel_env, tmp_path):
     for field, value in (("platform", "macosx-arm64"), ("python", "3.99"), ("implementation", "PyPy")):
         lock = lock_of(wheel_env)

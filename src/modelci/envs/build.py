@@ -264,20 +264,25 @@ def _sync(uv: str, python: Path, spec: EnvSpec, path: Path, cache_dir: Path,
     assert spec.lock is not None
     pins = path / "modelci-sync.txt"
     pins.write_text(spec.lock.body())
-    folders = []
+    folders, missing = [], []
     for wheel in spec.lock.wheels:
         where = str(wheel.get("path", ""))
         if os.path.isfile(where) and sha256_file(where) == wheel.get("sha256"):
             folders.append(os.path.dirname(where))
+        else:
+            missing.append(f"{where} ({'changed since' if os.path.isfile(where) else 'not there'})")
     index = dataclasses.replace(spec.index, find_links=[*spec.index.find_links, *dict.fromkeys(folders)])
     proc = _run_uv(uv, ["pip", "sync", "--compile-bytecode", "--python", str(python), *index.uv_args(), str(pins)],
                    cache_dir, log)
     pins.unlink()
     if proc.returncode != 0:
+        # a lock made on another machine, or whose wheels were moved: uv says only that no version fits
+        gone = (f"\nThe lock's local wheel files are not where it says: {', '.join(missing)}; put them back, or add "
+                "the folder that holds them to MODELCI_FIND_LINKS.") if missing else ""
         raise UserError(
             f"could not rebuild environment {spec.lock.environment} from its lock into {path}: "
             f"{_uv_reason(proc.stderr)}\nThe locked versions must be available from the configured indexes "
-            "(`pip config list`, MODELCI_FIND_LINKS) or the lock's wheel files."
+            f"(`pip config list`, MODELCI_FIND_LINKS) or the lock's wheel files.{gone}"
         )
 
 
