@@ -56,6 +56,29 @@ def test_reproduce_sh_gives_the_same_outputs_in_the_same_environment(exported, t
     assert outputs == expected
     assert not (tmp_path / "team.db").exists() and not (tmp_path / "team-artifacts").exists()
 
+    # the same build from elsewhere (a git target's clone on another machine) replaces the bundle's
+    elsewhere = tmp_path / "elsewhere" / "fakefw-1.0-py3-none-any.whl"
+    proc = subprocess.run([str(bundle.path / "reproduce.sh")], cwd=tmp_path, capture_output=True, text=True,
+                          env={**env, "MODELCI_REPRODUCE_TARGET": str(elsewhere)}, timeout=300)
+    assert proc.returncode == 2 and f"target '{elsewhere}': no such wheel file" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("spec, folder", [
+    ("git+/srv/repos/fw@abc", "/srv/repos/fw"),
+    ("git+file:///srv/repos/fw@abc#build=wheel", "/srv/repos/fw"),
+    ("git+../fw@v1", "../fw"),
+    ("git+https://git.example/fw.git@v1", None),
+    ("git+ssh://git@git.example/fw.git@v1", None),
+    ("git+git@git.example:team/fw.git@v1", None),
+])
+def test_a_git_target_from_a_folder_of_this_machine_is_named_in_the_bundles_notes(spec, folder):
+    assert export.local_repository(spec) == folder
+    notes: list[str] = []
+    export._note_local_repository({"target_kind": "git", "target_spec": spec, "target_commit": "a" * 40},
+                                  spec, notes)
+    assert ("MODELCI_REPRODUCE_TARGET=git+URL@aaaaaaaaaaaa" in " ".join(notes)) == (folder is not None)
+    assert "the Dockerfile's image holds the environment without the target" in notes[-1]
+
 
 def test_bundle_files_carry_their_schemas(exported):
     _, outcome, bundle = exported

@@ -10,6 +10,7 @@ so the bundle needs nothing but modelci and the package index.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -65,6 +66,7 @@ def export(record: EnvRecord, out: str | Path, root: Path, settings: dict[str, A
     lock = record.to_lock()
     lock.target = lock_target(run)
     target_arg = _copy_wheels(lock, out, run, bundle.notes)
+    _note_local_repository(run, lock.target, bundle.notes)
     suites = _copy_suites(run, out, root, bundle.notes)
     (out / BUNDLE_LOCK).write_text(lock.render())
     (out / BUNDLE_FINGERPRINT).write_text(json.dumps(record.fingerprint, indent=2, sort_keys=True) + "\n")
@@ -127,8 +129,7 @@ def reproduce_script(run: dict[str, Any], target_arg: str, suites: list[str]) ->
     """reproduce.sh: rebuild the environment from the lock (no Docker) and rerun the run's workloads."""
     suite_args = " ".join(f'--suite "$HERE/{s}"' if not s.startswith("zoo:") else f"--suite {shlex.quote(s)}"
                           for s in suites)
-    target = f'--target "$HERE/{target_arg}"' if target_arg.startswith("wheels/") else \
-        f"--target {shlex.quote(target_arg)}"
+    target = f'"$HERE/{target_arg}"' if target_arg.startswith("wheels/") else shlex.quote(target_arg)
     select = f" -k {shlex.quote(run['selection'])}" if run["selection"] else ""
     return f"""#!/bin/sh
 # Reproduce run {run['id']} (target {run['target_spec']}, runner {run['runner']}) without Docker:
@@ -145,10 +146,13 @@ WORK=${{MODELCI_REPRODUCE_DIR:-$HERE/reproduced}}
 mkdir -p "$WORK"
 export MODELCI_DB="${{MODELCI_REPRODUCE_DB:-$WORK/history.db}}"
 export MODELCI_ARTIFACTS="${{MODELCI_REPRODUCE_ARTIFACTS:-$WORK/artifacts}}"
+# MODELCI_REPRODUCE_TARGET: the same build from elsewhere (a clone of a git target's repository on another machine)
+TARGET={target}
+TARGET=${{MODELCI_REPRODUCE_TARGET:-$TARGET}}
 RUNNER={shlex.quote(run['runner'])}
 export MODELCI_RUNNER="${{MODELCI_RUNNER:-$RUNNER}}"
 cd "$HERE"
-exec $MODELCI --config "$HERE/modelci.toml" run --lock "$HERE/{BUNDLE_LOCK}" {target} {suite_args}{select} \\
+exec $MODELCI --config "$HERE/modelci.toml" run --lock "$HERE/{BUNDLE_LOCK}" --target "$TARGET" {suite_args}{select} \\
     --json "$WORK/report.json" "$@"
 """
 
@@ -168,6 +172,33 @@ def _copy_wheels(lock: Any, out: Path, run: dict[str, Any], notes: list[str]) ->
         if run["target_kind"] == "wheel" and Path(run["target_spec"]).name == source.name:
             target_arg = wheel["path"]
     return target_arg
+
+
+def local_repository(spec: str) -> str | None:
+    """The folder of a git target's repository when it is a path of this machine (a path or file:// URL, not
+    a URL another machine reaches), else None."""
+    from modelci.targets import parse_git_spec
+
+    url = parse_git_spec(spec)[0]
+    if url.startswith("file://"):
+        return url.removeprefix("file://")
+    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):  # https://, ssh://, or scp-like git@host:repo
+        return None
+    return url
+
+
+def _note_local_repository(run: dict[str, Any], target: str, notes: list[str]) -> None:
+    """A git target built from a folder of this machine is not in the bundle: say what another machine needs."""
+    if run["target_kind"] != "git":
+        return
+    folder = local_repository(run["target_spec"])
+    commit = (run.get("target_commit") or "")[:12]
+    if folder is not None:
+        notes.append(f"the target is built from the git repository {folder}, a folder of this machine: elsewhere, "
+                     f"run reproduce.sh with MODELCI_REPRODUCE_TARGET=git+URL@{commit or 'COMMIT'} (a clone that "
+                     f"holds that commit, with the same #build option as {target})")
+    notes.append("the Dockerfile's image holds the environment without the target, a git build; reproduce.sh "
+                 "builds it")
 
 
 def _copy_suites(run: dict[str, Any], out: Path, root: Path, notes: list[str]) -> list[str]:
