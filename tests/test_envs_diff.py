@@ -69,6 +69,42 @@ def test_lock_files_diff_with_their_interpreters(tmp_path):
     assert "1 package change(s) besides the target" in text and "numpy" in text and "minor" in text
 
 
+def test_a_fingerprint_list_of_tables_shows_the_items_that_differ():
+    """The BLAS libraries and the constraints files are lists of tables whose first 57 characters were the same
+    on both sides, which is all a cell showed: the difference was invisible."""
+    common = {"path": "/etc/xdg/pip/constraints.txt", "sha256": "ecf4" + "0" * 60}
+    own = {"path": "/project/np-constraints.txt", "sha256": "5ccc" + "1" * 60}
+    a = {"build": {"constraints": [common]}, "libraries": [{"api": "blas", "version": "0.3.31", "arch": "SkylakeX"}]}
+    b = {"build": {"constraints": [common, own]},
+         "libraries": [{"api": "blas", "version": "0.3.23.dev", "arch": "Cooperlake"}]}
+    result = diff("a", "numpy==2.0.2\n", a, "b", "numpy==2.0.2\n", b)
+    out = Console(record=True, width=400)
+    render_env_diff(result, out)
+    text = out.export_text()
+    row = next(line for line in text.splitlines() if line.startswith("build.constraints"))
+    assert "/project/np-constraints.txt" in row and "/etc/xdg" not in row, row
+    row = next(line for line in text.splitlines() if line.startswith("libraries"))
+    assert "version=0.3.31, arch=SkylakeX" in row and "version=0.3.23.dev, arch=Cooperlake" in row, row
+
+
+def test_two_locks_of_other_targets_say_so_and_mark_the_target(tmp_path, capsys):
+    """A git build is no package of its environment, so two commits share one, and `env diff` said only "the same
+    environment"; a lock's own target was counted as a change besides the target."""
+    from modelci import cli
+
+    for name, target in (("one", "fakefw==1.0"), ("two", "fakefw==1.1")):
+        lock = Lock({"fakefw": target.split("==")[1], "six": "1.16.0"}, "CPython", "3.11", "linux-x86_64")
+        lock.target = target
+        lockfile.write(tmp_path / f"{name}.lock", lock)
+    code = cli.main(["env", "diff", str(tmp_path / "one.lock"), str(tmp_path / "two.lock"), "--json",
+                     str(tmp_path / "d.json")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0 and "target: A fakefw==1.0 → B fakefw==1.1" in out, out
+    assert "0 package change(s) besides the target" in out, out
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert (data["a_target"], data["b_target"]) == ("fakefw==1.0", "fakefw==1.1")
+
+
 def test_compare_shows_what_changed_besides_the_target(fake_project, tmp_path):
     cfg = config_module.load()
     outcome = workflow.compare(cfg, str(fake_project.v10), str(fake_project.v11), [str(fake_project.suite)], "Stable")

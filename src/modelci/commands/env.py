@@ -139,13 +139,17 @@ def _diff(args, cfg) -> int:
     store = functools.cache(lambda: _store(cfg))
     a, b = (refs.resolve(ref, store, cfg.cache_dir) for ref in (args.a, args.b))
     result = diff.diff(a.id, a.lock, a.fingerprint, b.id, b.lock, b.fingerprint)
-    targets = {r.run["target_name"] for r in (a, b) if r.run}
+    targets = {r.target_name for r in (a, b) if r.target_name}
     out = console()
     out.print(escape(f"A = {a.label}\nB = {b.label}"), highlight=False)
+    if a.target and b.target and a.target != b.target:
+        # a git build is no package of its environment: two commits share one, and "the same environment" alone
+        # read as if nothing had changed
+        out.print(escape(f"target: A {a.target} → B {b.target}"), highlight=False)
     render_env_diff(result, out, targets)
     if args.json_path:
         _write_json(args.json_path, {"schema": "modelci.envdiff/1", "a_label": a.label, "b_label": b.label,
-                                     **result.to_json()})
+                                     "a_target": a.target, "b_target": b.target, **result.to_json()})
     return EXIT_REGRESSION if args.exit_code and not result.same else EXIT_OK
 
 

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from modelci.envs import lockfile
 from modelci.envs.build import FINGERPRINT_FILE, LOCK_FILE, SPEC_FILE
 from modelci.errors import UserError
@@ -29,6 +32,19 @@ class EnvRecord:
     lock: str
     fingerprint: dict
     run: dict[str, Any] | None = None
+    #: the target it was made for, as a lock names it (`name==version`, a git spec pinned to its commit), when
+    #: known: a git build is not one of the environment's packages, so it is shown beside them
+    target: str = ""
+
+    @property
+    def target_name(self) -> str:
+        """The target's distribution name, when known (a run's; a lock's `name==version`)."""
+        if self.run:
+            return str(self.run["target_name"])
+        try:
+            return canonicalize_name(Requirement(self.target).name) if self.target else ""
+        except InvalidRequirement:  # a git spec: its name is the run's
+            return ""
 
     def to_lock(self) -> lockfile.Lock:
         """Its lock file contents."""
@@ -88,7 +104,7 @@ def from_run(store: Any, run_id: str | int) -> EnvRecord:
            "target_commit": row.target.commit, "results": stored.results}
     label = f"run {row.id} (runner {row.runner}, target {row.target.spec})"
     # the run's own machine: another runner (or this one after an upgrade) may have run the same environment
-    return EnvRecord(label, env.id, env.lock, stored.fingerprint, run=run)
+    return EnvRecord(label, env.id, env.lock, stored.fingerprint, run=run, target=lock_target(run))
 
 
 def _from_path(path: Path) -> EnvRecord:
@@ -97,12 +113,14 @@ def _from_path(path: Path) -> EnvRecord:
                         "file")
     if path.is_file():
         lock = lockfile.read(path)
-        return EnvRecord(f"lock {path}", lock.environment or lock.id(), lock.body(), _lock_facts(lock))
+        return EnvRecord(f"lock {path}", lock.environment or lock.id(), lock.body(), _lock_facts(lock),
+                         target=lock.target)
     if (path / BUNDLE_LOCK).is_file():
         lock = lockfile.read(path / BUNDLE_LOCK)
         fingerprint = _read_fingerprint(path / BUNDLE_FINGERPRINT) if (path / BUNDLE_FINGERPRINT).is_file() \
             else _lock_facts(lock)
-        return EnvRecord(f"bundle {path}", lock.environment or lock.id(), lock.body(), fingerprint)
+        return EnvRecord(f"bundle {path}", lock.environment or lock.id(), lock.body(), fingerprint,
+                         target=lock.target)
     record = _from_cache_folder(path)
     if record is None:
         raise UserError(f"{path} is a folder but neither an export bundle (lock.txt) nor a complete environment "

@@ -6,6 +6,7 @@ event (docs/design.md, "Conventions").
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import threading
@@ -357,17 +358,31 @@ def render_env_diff(diff: Any, out: Console, targets: set[str] = frozenset()) ->
 
 
 def _env_values(before: Any, after: Any) -> tuple[str, str]:
-    """Short cells for two fingerprint values: lists as what one side has that the other lacks."""
-    if isinstance(before, list) and isinstance(after, list) and all(isinstance(v, str) for v in before + after):
-        only_a, only_b = sorted(set(before) - set(after)), sorted(set(after) - set(before))
-        return (escape("only: " + " ".join(only_a) if only_a else "-"),
-                escape("only: " + " ".join(only_b) if only_b else "-"))
+    """Short cells for two fingerprint values, each showing what differs: of two lists (of names, or of tables
+    such as the BLAS libraries or the constraints files) the items one side has that the other lacks, of two
+    tables the keys whose values differ. The first 57 characters of both whole values were the same whenever
+    what differed came later, which it did for every list of tables."""
+    def text(value: Any) -> str:
+        if isinstance(value, dict):
+            return ", ".join(f"{k}={text(v)}" for k, v in value.items())
+        return "-" if value is None else " ".join(str(value).split())
 
-    def short(value: Any) -> str:
-        text = "-" if value is None else " ".join(str(value).split())
-        return escape(text if len(text) <= 60 else text[:57] + "...")
+    def short(value: str, limit: int = 300) -> str:
+        return escape(value if len(value) <= limit else value[:limit - 3] + "...")
 
-    return short(before), short(after)
+    if isinstance(before, list) and isinstance(after, list):
+        def key(value: Any) -> str:
+            return json.dumps(value, sort_keys=True, default=str)
+
+        keys_a, keys_b = {key(v) for v in before}, {key(v) for v in after}
+        only_a = [text(v) for v in before if key(v) not in keys_b]
+        only_b = [text(v) for v in after if key(v) not in keys_a]
+        return (short("only: " + "; ".join(only_a)) if only_a else "-",
+                short("only: " + "; ".join(only_b)) if only_b else "-")
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = [k for k in {**before, **after} if before.get(k) != after.get(k)]
+        return (short(text({k: before.get(k) for k in keys})), short(text({k: after.get(k) for k in keys})))
+    return short(text(before), 60), short(text(after), 60)
 
 
 def _compare_cells(finding: Any) -> tuple[str, str, str]:
