@@ -116,6 +116,8 @@ class AlarmEvent:
     reopened: bool = False
     #: what this run said of the alarm's key: for a recovery, the message of the observation that recovered it
     detail: str = ""
+    #: news of an earlier run whose delivery failed, sent again (`claim_undelivered`): said so, since it is not new
+    resent: bool = False
 
 
 def to_alarm(row: AlarmRow, events: bool = False, today: date | None = None) -> Alarm:
@@ -350,7 +352,7 @@ def _undelivered(row: AlarmRow, name: str, now: datetime) -> AlarmEvent | None:
     recovered = row.recovered_at is not None
     if (event == "open" and recovered) or (event == "recovered" and not recovered):
         return None  # since then it recovered (or fired again): that is the news, told in its own right
-    return AlarmEvent(event, to_alarm(row), reopened=told.event == "reopened")
+    return AlarmEvent(event, to_alarm(row), reopened=told.event == "reopened", resent=True)
 
 
 def _event(session: Any, row: AlarmRow, event: str, run_id: int | None = None, by: str = "", detail: str = "") -> None:

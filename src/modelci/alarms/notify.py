@@ -119,6 +119,8 @@ def _lines(events: list[AlarmEvent], outcome: Any, run_id: int | None, baselines
         for event in members:
             alarm = event.alarm
             word = "REOPENED" if event.reopened else EVENT_WORDS[event.event]
+            if event.resent:  # an earlier run's news: the reader may have seen later ones
+                word += " (sent again: its first delivery failed)"
             lines.append(f"- {word} #{alarm.id} [{esc(alarm.kind)}] {esc(alarm.workload)} "
                          f"{esc(alarm.check)}:{esc(alarm.metric)}{_recovered_in(event, outcome, run_id, esc)}: "
                          f"{wording.listed(*wording.event_parts(event), alarm.id, esc=esc)}")
@@ -189,7 +191,8 @@ def payload(message: Message) -> dict[str, Any]:
             "schema": SCHEMA,
             "title": message.title,
             "run_id": message.run_id,
-            "events": [{"event": e.event, "reopened": e.reopened, "id": e.alarm.id, "kind": e.alarm.kind,
+            "events": [{"event": e.event, "reopened": e.reopened, "resent": e.resent, "id": e.alarm.id,
+                        "kind": e.alarm.kind,
                         "runner": e.alarm.runner, "workload": e.alarm.workload, "check": e.alarm.check,
                         "metric": e.alarm.metric, "state": e.alarm.state, "target": e.alarm.target,
                         "count": e.alarm.count, "message": e.alarm.message, "culprit": e.alarm.culprit,
