@@ -29,13 +29,14 @@ def modules_each_forked_workload_imports(name: str, helper: Any) -> dict[str, li
     import sys
 
     zoo = Zoo(name, helper)
+    scratch = zoo.scratch  # made here, so that this process removes it: the children leave with os._exit
     found = {}
     for cls in [c for c in zoo.workloads if c.devices == 1 and c.nodes == 1]:
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:
             before = set(sys.modules)
-            ctx = Context(seed=0, scratch=Path(tempfile.mkdtemp(dir=zoo.scratch)))  # the parent removes it
+            ctx = Context(seed=0, scratch=Path(tempfile.mkdtemp(dir=scratch)))
             workload = cls()
             workload.setup(ctx)
             for step in range(int(cls.steps)):
@@ -80,9 +81,16 @@ class Zoo:
         self.workloads: list[type[Workload]] = [cls for path in suite_files(self.folder)
                                                 for cls in workload_classes(import_file(path, name))]
         self._trained: dict[type[Workload], tuple] = {}
-        # the shared trained instances' scratch, removed when the test process ends
-        self._scratch = tempfile.TemporaryDirectory(prefix=f"modelci-zoo-{name}-")
-        self.scratch = self._scratch.name
+        self._scratch: tempfile.TemporaryDirectory | None = None
+
+    @property
+    def scratch(self) -> str:
+        """The shared trained instances' scratch, removed when the test process ends. Made on first use: a process
+        that imports a test module only to run one function (a spawned rank, which leaves with os._exit) would
+        leave it behind."""
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix=f"modelci-zoo-{self.name}-")
+        return self._scratch.name
 
     def named(self, name: str) -> type[Workload]:
         """The workload class called `name`."""
