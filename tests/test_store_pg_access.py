@@ -216,6 +216,27 @@ def test_a_role_without_the_sequences_is_refused_before_any_workload_runs(postgr
     assert done.returncode == 0, done.stderr
 
 
+def test_a_role_that_may_not_update_the_alarms_is_refused_before_a_run_that_alarms(postgres_server, history,
+                                                                                    tmp_path):
+    """A role that may store a run but not touch the alarms had its run stored, then failed in the alarm step
+    (exit 3). The run's alarm step is part of what is checked first; with --no-alarms it is not needed."""
+    url, suite = history
+    with psycopg.connect(conninfo(postgres_server.port, url), autocommit=True) as admin:
+        writer = new_role(admin, "runonly", url)
+        admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {writer}")
+        admin.execute(f"GRANT INSERT ON targets, environments, runs, run_journals, run_links, results, metrics, "
+                      f"artifacts, outputs, findings TO {writer}")
+        admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {writer}")
+    writer_url = url.replace("postgres@", f"{writer}@")
+    ran = Path(str(suite / "models.py") + ".ran")
+    ran.unlink(missing_ok=True)
+    said = one_line_error(modelci(tmp_path, writer_url, "run", "--target", "current", "--suite", "suite"), 2)
+    assert "it lacks alarms (INSERT), alarms (UPDATE), alarm_events (INSERT)" in said, said
+    assert not ran.exists(), "a workload ran before the refusal"
+    done = modelci(tmp_path, writer_url, "run", "--target", "current", "--suite", "suite", "--no-alarms")
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_password_in_a_query_argument_of_the_url_is_never_shown(postgres_server, history, tmp_path):
     """`?password=` is a password as much as `user:password@`: SQLAlchemy hides only the latter."""
     url, _ = history

@@ -281,12 +281,13 @@ def history_is_new(config: Config) -> bool:
     return path is not None and not path.exists()
 
 
-def open_store(config: Config) -> Store:
-    """The history store, refusing one opened read-only: a run must be able to store what it measures."""
-    from modelci.store import Store
+def open_store(config: Config, alarms: bool = False) -> Store:
+    """The history store, refusing one opened read-only: a run must be able to store what it measures, and with
+    `alarms` (its alarm step runs) update the alarms."""
+    from modelci.store import ALARM_STEP_WRITES, RUN_WRITES, Store
 
     store = Store.from_config(config)
-    store.check_writable()
+    store.check_writable(RUN_WRITES + (ALARM_STEP_WRITES if alarms else ()))
     store.artifacts.check_writable()
     return store
 

@@ -165,7 +165,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
     shared = store
     if shared is None:
         if config.artifacts_readonly:  # refused before the run starts, not after it
-            steps.open_store(config)
+            steps.open_store(config, alarms)
         steps.check_artifacts(config)  # a bad URL, a folder under a file, missing credentials: before the environment
     progress.note(f"target {redacted(target.spec)}: preparing the environment")
     timings: dict[str, float] = {}
@@ -177,8 +177,8 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
             env = steps.environment_for(config, target, early, log=progress.note, lock=locked,
                                         compile_bytecode=compile_bytecode)
     except builds.BuildError as exc:  # a commit that does not build gives error results, not a stopped run
-        return failed_build(config, shared or steps.open_store(config), target, exc, suites, suite_specs, pattern,
-                            command, alarms=alarms)
+        return failed_build(config, shared or steps.open_store(config, alarms), target, exc, suites, suite_specs,
+                            pattern, command, alarms=alarms)
     # the scratch folders of runs killed outright (their saved models and outputs) go before this one is made
     swept, freed = local.sweep_scratch(config.cache_dir)
     if swept:
@@ -194,7 +194,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         # preload checks for); an existing one is opened now, beside the worker's import
         new = shared is None and steps.history_is_new(config)
         with _timed(timings, "store"):
-            store = shared or (None if new else steps.open_store(config))
+            store = shared or (None if new else steps.open_store(config, alarms))
             # imported here, beside the worker's import of the framework, so that the steps after the workloads
             # do not pay for them
             from modelci import compat  # noqa: F401
@@ -209,7 +209,7 @@ def run(config: Config, target_spec: str, suite_specs: list[str], pattern: str |
         workloads, errors = steps.select(found, pattern)
         if store is None:
             with _timed(timings, "store"):
-                store = steps.open_store(config)
+                store = steps.open_store(config, alarms)
         extra = steps.missing_requirements(env, workloads, {target.name: target.version or ""} if env.paths else None)
         if extra and locked is not None:
             raise UserError(f"the workloads need {', '.join(extra)}, which the lock {lock} does not hold; "
@@ -778,7 +778,7 @@ def _compare(config: Config, spec_a: str, spec_b: str, suite_specs: list[str], p
     side_a = run(config, spec_a, suite_specs, pattern, reuse=not rerun, progress=progress, command=command,
                  alarms=False, judge=False)
     sides.append(side_a)
-    store = steps.open_store(config)  # one history for B, the judging and the confirmation runs
+    store = steps.open_store(config, alarms)  # one history for B, the judging and the confirmation runs
     side_b = run(config, spec_b, suite_specs, pattern, reuse=not rerun, progress=progress, command=command,
                  alarms=False, judge=False, store=store)
     sides.append(side_b)

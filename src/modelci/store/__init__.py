@@ -74,9 +74,11 @@ INCOMPLETE = "incomplete"
 
 #: the (table, privilege) pairs a PostgreSQL role needs to store a run (`Store.check_privileges`), and those
 #: of the other commands that write: checked when the command opens the history, before its work
-RUN_WRITES = tuple((table, "INSERT") for table in ("targets", "environments", "runs", "run_journals", "results",
-                                                   "metrics", "artifacts", "outputs", "findings"))
+RUN_WRITES = tuple((table, "INSERT") for table in ("targets", "environments", "runs", "run_journals", "run_links",
+                                                   "results", "metrics", "artifacts", "outputs", "findings"))
 ALARM_WRITES = (("alarms", "UPDATE"), ("alarm_events", "INSERT"))
+#: what a run's alarm step writes besides (a role without them had its run stored, then failed in the step)
+ALARM_STEP_WRITES = (("alarms", "INSERT"), *ALARM_WRITES)
 COMPAT_WRITES = (("saved_models", "INSERT"), ("compat_results", "INSERT"))
 BISECT_WRITES = (("bisects", "INSERT"),)
 NOISE_WRITES = (("noise_profiles", "INSERT"),)
