@@ -3,8 +3,10 @@ JUnit and Markdown reports."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import urllib.parse
 import logging
 import socket
 import threading
@@ -21,7 +23,7 @@ from alarm_history import History, timed
 from modelci import cli
 from modelci.alarms import lifecycle, notify
 from modelci.records import Result
-from modelci.report import junit, markdown
+from modelci.report import junit, markdown, markup
 
 SLOW = "suite/Slow"
 
@@ -362,7 +364,7 @@ def test_markdown_summary_puts_problems_first_and_escapes_cells(tmp_path):
 def test_cli_compare_and_run_write_junit_and_markdown_and_notify_on_open(fake_project, receiver, monkeypatch, capsys):
     monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
     toml = fake_project.root / "modelci.toml"
-    toml.write_text(toml.read_text() + WEBHOOK)
+    toml.write_text(toml.read_text() + WEBHOOK + '[alarms]\ndashboard_url = "https://ci.example.com/modelci"\n')
     files = fake_project.root
     args = ["--suite", str(fake_project.suite), "-k", "Slow", "--junit", str(files / "c.xml"),
             "--markdown", str(files / "c.md")]
@@ -378,6 +380,8 @@ def test_cli_compare_and_run_write_junit_and_markdown_and_notify_on_open(fake_pr
                      "--junit", str(files / "r.xml"), "--markdown", str(files / "r.md")]) == 1
     assert ET.parse(files / "r.xml").getroot().find("testsuite").get("name").startswith("modelci run fakefw==1.1")
     assert "fakesuite/Slow" in (files / "r.md").read_text()
+    # with [alarms] dashboard_url, the summary links the run's page there, as the notifiers do
+    assert re.search(r"\[run (\d+)\]\(https://ci\.example\.com/modelci/runs/\1\.html\)", (files / "r.md").read_text())
     assert len(receiver.posts) == 1  # the alarm was already open: no second message
 
 
@@ -434,6 +438,37 @@ def test_each_event_says_its_baseline_and_links_its_run_page_on_the_dashboard(tm
     # recovery is judged against the first baseline, and the link is the page of the run that recovered it
     assert recovered["modelci"]["events"][0]["url"].endswith("/runs/4.html")
     assert f"baseline fw==1.0 (result {baseline_id})" in recovered["text"]
+
+
+def test_the_markdown_notifier_links_the_run_page_on_the_dashboard_as_the_webhook_does(tmp_path, receiver,
+                                                                                       monkeypatch):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    history = History(tmp_path / "p", WEBHOOK + f'[[notify]]\nkind = "markdown"\npath = "{summary}"\n'
+                      '[alarms]\ndashboard_url = "https://ci.example.com/modelci"\n')
+    history.run("1.0", [timed(SLOW, 0.10)])
+    opened = history.run("1.1", [timed(SLOW, 0.13, seed=1)])
+    (event,) = receiver.posts[0]["modelci"]["events"]
+    page = "https://ci.example.com/modelci/runs/2.html"
+    assert event["url"] == page
+    # each run's summary links its own run's page, the one the webhook links for the events of that run
+    assert _rendered(summary.read_text()).count(f'<a href="{page}">run 2</a>') == 1
+    assert 'href="https://ci.example.com/modelci/runs/1.html">run 1</a>' in _rendered(summary.read_text())
+    # what the run's own --markdown file says (commands/run.py) links the same page
+    url = markup.dashboard_page(history.config.alarms["dashboard_url"], opened.run_id)
+    assert f'<a href="{page}">run 2</a>' in _rendered(markdown.run_summary(opened, url=url))
+    # events of no run (`alarms check`) link the dashboard's index, as the webhook does
+    summary.write_text("")
+    notify.deliver(history.config, opened.alarms.events)
+    assert receiver.posts[-1]["modelci"]["events"][0]["url"] == "https://ci.example.com/modelci/index.html"
+    assert '<a href="https://ci.example.com/modelci/index.html">the dashboard</a>' in _rendered(summary.read_text())
+
+
+def test_a_markdown_link_keeps_its_url_whole_whatever_it_holds():
+    url = "https://ci.example.com/a(b)|c&copy;d`e<f>g_h*i/runs/2.html"
+    page = _rendered(f"| x |\n|---|\n| {markdown.link('run 2', url)} |")
+    (href,) = re.findall(r'<a href="([^"]*)">run 2</a>', page)
+    assert urllib.parse.unquote(html.unescape(href)) == url
 
 
 def test_without_a_dashboard_url_an_event_says_its_baseline_and_links_nothing(tmp_path, receiver, monkeypatch):

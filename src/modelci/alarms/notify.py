@@ -84,7 +84,9 @@ def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = 
     what its alarm is judged against (`baselines`: alarm id -> (in words, result id), from `baselines_of`) and,
     given the dashboard's published URL, links the run's page there."""
     baselines = baselines or {}
-    page = _page_url(dashboard, run_id)
+    from modelci.report.markup import dashboard_page
+
+    page = dashboard_page(dashboard, run_id)
     title, text = _lines(events, outcome, run_id, baselines, page, str)
     chat = _lines(events, outcome, run_id, baselines, page, slack_escape)[1]
     return Message(title=title, text=text, events=events, outcome=outcome, run_id=run_id,
@@ -132,15 +134,6 @@ def _lines(events: list[AlarmEvent], outcome: Any, run_id: int | None, baselines
     if run_id is not None:
         lines.append(f"run {run_id}: `modelci show {run_id}`; `modelci alarms list` for every live alarm")
     return title, "\n".join(lines)
-
-
-def _page_url(dashboard: str, run_id: int | None) -> str:
-    """The run's page on the published dashboard (its index without a run); "" without a dashboard URL."""
-    from modelci.report.markup import run_page
-
-    if not dashboard:
-        return ""
-    return dashboard + (run_page(run_id) if run_id is not None else "index.html")
 
 
 def baselines_of(store: Any, events: list[AlarmEvent], outcome: Any = None) -> dict[int, tuple[str, int | None]]:
@@ -397,13 +390,14 @@ def _file_path(entry: Mapping[str, Any], environ: Mapping[str, str]) -> Path:
 
 
 def write_markdown(entry: Mapping[str, Any], message: Message, environ: Mapping[str, str]) -> None:
-    """Append the run's Markdown summary (or the alarm events alone) to the file, as step summaries expect."""
+    """Append the run's Markdown summary (or the alarm events alone) to the file, as step summaries expect; with
+    `[alarms] dashboard_url`, it links the run's page there, as the webhook and the e-mail do."""
     from modelci.report import markdown
 
     if message.outcome is not None:
-        text = markdown.run_summary(message.outcome, events=message.events)
+        text = markdown.run_summary(message.outcome, events=message.events, url=message.url)
     else:
-        text = markdown.alarms_summary(message.events)
+        text = markdown.alarms_summary(message.events, url=message.url, run_id=message.run_id)
     try:
         path = _file_path(entry, environ)
         with path.open("a", encoding="utf-8") as handle:

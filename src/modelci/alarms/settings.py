@@ -32,8 +32,8 @@ ALARM_SETTINGS: dict[str, tuple[type, Any, str]] = {
     "auto_resolve_after_recovered_runs": (
         int, 0, "resolve a recovered alarm after this many runs in a row without the finding (0: only a person)"),
     "changes": (bool, True, "look for change points in each series after every run"),
-    "dashboard_url": (str, "", "where `modelci report` is published (http(s)): notifications link each event to "
-                               "its run page there (\"\": no links)"),
+    "dashboard_url": (str, "", "where `modelci report` is published (http(s)): notifications and the Markdown "
+                               "summary link each event to its run page there (\"\": no links)"),
 }
 #: the largest value of each [alarms] number: a century of days, a million runs. Larger ones mean "never" as
 #: well as 0 does, and beyond what a date can hold (999,999,999 days) or SQLite's integers the check that reads

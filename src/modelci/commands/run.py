@@ -105,7 +105,7 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
             with cancel.deferred(), files.writing(report_paths(args), stored(exc.run_id)):
                 if args.json_path:
                     json_report.write(args.json_path, json_report.run_report(exc.outcome, True))
-                _write_report_files(args, exc.outcome)
+                _write_report_files(args, cfg, exc.outcome)
         return EXIT_INTERRUPTED
     except workflow.Unjudged as exc:  # the history failed the run: its results are shown and written, unjudged
         views.render_run(exc.outcome, views.console())
@@ -113,7 +113,7 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
         with cancel.deferred(), files.writing(report_paths(args), done):
             if args.json_path:
                 json_report.write(args.json_path, json_report.run_report(exc.outcome, workflow.failed(exc.outcome)))
-            _write_report_files(args, exc.outcome)
+            _write_report_files(args, cfg, exc.outcome)
         if isinstance(exc, workflow.Unfinished):
             raise HarnessError(str(exc)) from None
         if exc.outcome.kept:  # its journal keeps them: the next run on this history stores them
@@ -127,7 +127,7 @@ def _run_and_bisect(args, cfg, spec: str | None, chain: dict | None, pool) -> in
     with cancel.deferred(), files.writing(report_paths(args), stored(outcome.run_id)):
         if args.json_path:
             json_report.write(args.json_path, report)
-        _write_report_files(args, outcome)
+        _write_report_files(args, cfg, outcome)
     if chain is not None:
         try:
             bisects = _bisect_alarms(args, cfg, outcome, dict(chain, pool=pool))
@@ -221,13 +221,16 @@ def stored(run_id: int | None) -> str:
     return f"the run is stored as run {run_id}" if run_id else ""
 
 
-def _write_report_files(args, outcome) -> None:
-    """The alarm events of the run, then the --junit and --markdown files."""
+def _write_report_files(args, cfg, outcome) -> None:
+    """The alarm events of the run, then the --junit and --markdown files (the latter linking the run's page on the
+    dashboard with `[alarms] dashboard_url`, as the notifiers do)."""
     from modelci.alarms import views as alarm_views
     from modelci.report import console, junit, markdown
+    from modelci.report.markup import dashboard_page
 
     alarm_views.render_alarm_report(outcome.alarms, console.console())
     if args.junit:
         junit.write(args.junit, junit.run_xml(outcome))
     if args.markdown:
-        markdown.write(args.markdown, markdown.run_summary(outcome))
+        url = dashboard_page(cfg.alarms.get("dashboard_url", ""), outcome.run_id)
+        markdown.write(args.markdown, markdown.run_summary(outcome, url=url))

@@ -7,6 +7,7 @@ comment stays short however large the suite.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,25 @@ def code(text: Any, table: bool = False) -> str:
     if table:
         value = value.replace("|", "\\|")
     return f"{fence}{pad}{value}{pad}{fence}"
+
+
+#: the characters a link's URL keeps as they are: those of a URL that Markdown reads as themselves there
+_URL_SAFE = ":/%@!$&'*+,;=-._~"
+
+
+def link(text: str, url: str) -> str:
+    """A link to `url` (an http(s) URL that modelci checked, such as the dashboard's), shown as `text` (Markdown
+    already). What Markdown would read in the URL is percent-encoded (a parenthesis ends it, `|` a table's cell,
+    `<`, `>`, a backslash or a backtick) and `&` is an entity (`&copy;` would be ©), so it lands as given."""
+    target = urllib.parse.quote(url, safe=_URL_SAFE).replace("&", "&amp;")
+    return f"[{text}]({target})"
+
+
+def _run(run_id: int | None, url: str) -> str:
+    """"run 42", linked to its page on the dashboard given its URL; an unstored run has none."""
+    if run_id is None:
+        return "run (not stored)"
+    return link(f"run {run_id}", url) if url else f"run {run_id}"
 
 
 def _failed(comparison: Any) -> bool:
@@ -141,8 +161,9 @@ def _baseline_rules(comparisons: list[Any]) -> list[str]:
     return ["", *[f"- baseline of {n} workload{'s' * (n > 1)}: {cell(rule)}" for rule, n in rules.items()]]
 
 
-def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
-    """The summary of `modelci run`: verdict, target, runner, the workload table and the alarm events."""
+def run_summary(outcome: Any, events: list[Any] | None = None, url: str = "") -> str:
+    """The summary of `modelci run`: verdict, target, runner, the workload table and the alarm events; `url`, the
+    run's page on the dashboard (`[alarms] dashboard_url`, markup.dashboard_page), links the run's number."""
     from modelci.checks.precision import MISSING_ARRAYS, missing_arrays, not_compared
 
     bad = any(_failed(c) for c in outcome.comparisons)
@@ -160,7 +181,7 @@ def run_summary(outcome: Any, events: list[Any] | None = None) -> str:
     lines = [
         f"## modelci: {verdict} on {code(outcome.target.label)}",
         "",
-        f"Runner {code(outcome.runner)} · run {outcome.run_id if outcome.run_id is not None else '(not stored)'} · "
+        f"Runner {code(outcome.runner)} · {_run(outcome.run_id, url)} · "
         f"environment {code(str(outcome.environment.id)[:12])} · {len(outcome.comparisons)} workloads: "
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
         "",
@@ -196,9 +217,14 @@ def compare_summary(outcome: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def alarms_summary(events: list[Any]) -> str:
-    """Alarm events alone (from `modelci alarms check`, with no run)."""
-    return "\n".join(["## modelci alarms", "", *alarm_lines(events)]) + "\n"
+def alarms_summary(events: list[Any], url: str = "", run_id: int | None = None) -> str:
+    """Alarm events alone (from `modelci alarms check`, with no run, or a bisect after run `run_id`); `url`, the
+    page on the dashboard that the notifiers link for them (markup.dashboard_page), is linked below them."""
+    lines = ["## modelci alarms", "", *alarm_lines(events)]
+    if url:
+        lines += ["", f"{link(f'run {run_id}', url)} on the dashboard" if run_id is not None
+                  else link("the dashboard", url)]
+    return "\n".join(lines) + "\n"
 
 
 def write(path: str | Path, text: str) -> None:

@@ -9,7 +9,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["STATUS_CLASSES", "status_class", "display_status", "fmt", "when", "safe_href", "run_page"]
+__all__ = ["STATUS_CLASSES", "status_class", "display_status", "fmt", "when", "safe_href", "run_page",
+           "dashboard_page"]
 
 #: statuses as they look in the matrix; "regressed" is an ok result with a gating regression finding
 STATUS_CLASSES = {"ok": "ok", "failed": "bad", "crashed": "bad", "timeout": "warn", "skipped": "skip",
@@ -19,6 +20,14 @@ STATUS_CLASSES = {"ok": "ok", "failed": "bad", "crashed": "bad", "timeout": "war
 def run_page(run_id: int) -> str:
     """The page of a run, relative to the site's root: `runs/<id>.html` (notifications link to it too)."""
     return f"runs/{int(run_id)}.html"
+
+
+def dashboard_page(dashboard: str, run_id: int | None) -> str:
+    """The run's page on the published dashboard (`[alarms] dashboard_url`, ending in "/"), or its index without a
+    run; "" without a dashboard URL. Every notifier and the Markdown summary link this one page."""
+    if not dashboard:
+        return ""
+    return dashboard + (run_page(run_id) if run_id is not None else "index.html")
 
 
 def status_class(status: str | None) -> str:
