@@ -108,7 +108,7 @@ def test_reports_name_every_cell_and_problem(project, tmp_path):
     assert cells == BACKWARD
     assert report["summary"] == {"ok": 3, "load_failed": 1, "outputs_differ": 1, "unsupported": 1, "missing": 1}
     text = (tmp_path / "compat.md").read_text()
-    assert "## compatsuite/Numerics" in text and "**outputs_differ**" in text and "KeyError" in text
+    assert "## `compatsuite/Numerics`" in text and "**outputs_differ**" in text and "KeyError" in text
     # the workloads' own formats execute code on load unless declared safe, as Stable's are
     unsafe = {(e["workload"], e["format"]): e["executes_code_on_load"] for e in report["entries"]}
     assert unsafe["compatsuite/Renamed", "json"] is True and unsafe["compatsuite/Stable", "json"] is False
@@ -405,7 +405,7 @@ def test_compat_shows_each_saved_formats_status_and_why_each_cell_holds(project,
     assert "found raw.npz instead" in done.stdout and "Traceback" not in done.stderr
     markdown_text = (tmp_path / "c.md").read_text()
     assert "| format | saved by | saved |" in markdown_text
-    raw_rows = [line for line in markdown_text.splitlines() if line.startswith("| raw |")]
+    raw_rows = [line for line in markdown_text.splitlines() if line.startswith("| `raw` |")]
     assert raw_rows and all(row.endswith("| failed | save_failed |") for row in raw_rows), raw_rows  # not gating
     assert "found raw.npz instead" in markdown_text
     # the findings alarms and notifications see carry the same reasons
@@ -419,6 +419,47 @@ def test_compat_shows_each_saved_formats_status_and_why_each_cell_holds(project,
 
 
 # -- pieces, without environments -----------------------------------------------------------------
+
+
+HOSTILE = "suite/<img src=x onerror=alert(1)>|*[md](javascript:alert(1))*_u_``tick\nline"
+HOSTILE_REASON = "RuntimeError: **bold** [link](javascript:alert(1)) <b>b</b> | _u_ `c` &amp;\nsecond line"
+
+
+def _rendered(text: str) -> str:
+    """The Markdown as HTML, by a CommonMark parser with GitHub's tables and strikethrough."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(text)
+
+
+def test_the_markdown_report_shows_names_in_code_spans_as_they_are_and_reasons_as_plain_text():
+    """Workload, format and build names come from users (a suite, a wheel's version, a commit), and reasons from
+    exceptions: none of them may split a table row, start a heading or a list, or add a link, a tag or emphasis."""
+    import html
+    import re
+
+    def build(label):
+        return {"kind": "requirement", "name": "fw", "version": "1", "label": label}
+
+    producer, consumer = build("fw==1.0|*p*`x`"), build("fw==2.0 <b>c</b>\n# h")
+    entries = [compat.CompatEntry(workload=HOSTILE, format="f|m`t*_<i>", producer=producer, consumer=consumer,
+                                  direction="backward", outcome="load_failed", error=HOSTILE_REASON, unsafe=True,
+                                  saved="ok|*x*"),
+               compat.CompatEntry(workload=HOSTILE, format="plain", producer=producer, consumer=consumer,
+                                  direction="backward", outcome="ok")]
+    target = targets.Target(spec="fw==2.0", kind="requirement", name="fw|*t*", version="2.0<i>`")
+    outcome = compat.CompatOutcome(target=target, direction="backward", entries=entries, artifacts="/s`|*a*")
+    text = compat_report.markdown(outcome)
+    page = _rendered(text)
+    assert not any(tag in page for tag in ("<a ", "<img", "<strong>bold", "<em>", "<b>", "<i>", "<h1>h")), text
+    for name in (HOSTILE, "f|m`t*_<i>", "fw==1.0|*p*`x`", "fw==2.0 <b>c</b>\n# h", target.label, "/s`|*a*"):
+        assert f"<code>{html.escape(' '.join(name.split()), quote=False)}</code>" in page, name
+    assert html.escape(" ".join(HOSTILE_REASON.split()), quote=False) in page
+    # one table, of the header, the rule and two rows, each of 3 + 1 consumer columns
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(rows) == 4 and all(len(re.split(r"(?<!\\)\|", row)) == 6 for row in rows), rows
+    assert page.count("<tr>") == 3 and page.count("<td>") == 8
+    assert page.count("<h2>") == 3  # the workload, Problems, and the formats that execute code on load
 
 
 def test_folders_pack_to_the_same_bytes_and_unpack_safely(tmp_path):

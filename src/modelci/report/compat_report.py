@@ -9,6 +9,7 @@ reason, and formats that can execute code on load are named as such.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from modelci.report.console import escape
 from rich.table import Table
 
 from modelci.report.console import SAVE_STYLE  # a save's status looks as it does in the run's table
+from modelci.report.markdown import cell, code
 
 #: bump on any change that breaks a reader; readers check it
 SCHEMA = "modelci.compat/1"
@@ -78,14 +80,16 @@ def write_json(path: str | Path, outcome: Any) -> None:
     json_report.write(path, to_json(outcome))
 
 
-def _headline(outcome: Any) -> str:
+def _headline(outcome: Any, name: Callable[[str], str] = str) -> str:
+    """One sentence: what was checked and what came of it; `name` shows the target's label (a code span in
+    Markdown)."""
     counts = summary(outcome.entries)
     bad = sum(1 for e in outcome.entries if e.gating)
     parts = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
     cut = (" before the check was interrupted; the rest were not checked"
            if getattr(outcome, "interrupted", False) else "")
-    return (f"{outcome.direction} compatibility of {outcome.target.label}: {len(outcome.entries)} saved model(s) "
-            f"checked ({parts}){cut}; {bad} regression(s)")
+    return (f"{outcome.direction} compatibility of {name(outcome.target.label)}: {len(outcome.entries)} saved "
+            f"model(s) checked ({parts}){cut}; {bad} regression(s)")
 
 
 def _problems(outcome: Any) -> list[Any]:
@@ -104,45 +108,45 @@ def _shown(entries: list[Any]) -> dict[str, str]:
     return shown_labels([b for e in entries for b in (e.producer, e.consumer)])
 
 
-def _where(e: Any, shown: dict[str, str]) -> str:
+def _where(e: Any, shown: dict[str, str], name: Callable[[str], str] = str) -> str:
+    """Which saved model an entry is and where it was loaded; `name` shows each name (a code span in Markdown)."""
     producer, consumer = e.producer.get("label", "?"), e.consumer.get("label", "?")
-    return (f"{e.workload} {e.format} saved by {shown.get(producer, producer)}, loaded in "
-            f"{shown.get(consumer, consumer)}")
+    return (f"{name(e.workload)} {name(e.format)} saved by {name(shown.get(producer, producer))}, loaded in "
+            f"{name(shown.get(consumer, consumer))}")
 
 
 def markdown(outcome: Any) -> str:
-    """The matrix as Markdown: one table per workload, then the problems and the unsafe formats."""
-    lines = [f"# Compatibility: {outcome.target.label}", "", _headline(outcome) + ".", "",
-             f"Artifact store: `{outcome.artifacts}`", ""]
+    """The matrix as Markdown: one table per workload, then the problems and the unsafe formats. Names (workloads,
+    formats, builds, the store) are code spans that show them as they are, and reasons plain text (markdown.code
+    and markdown.cell, as in the run's summary): a `|`, a backtick, `*`, `<` or a newline in one of them breaks
+    no table and adds no markup."""
+    lines = [f"# Compatibility: {code(outcome.target.label)}", "", _headline(outcome, code) + ".", "",
+             f"Artifact store: {code(outcome.artifacts)}", ""]
     names, shown = consumers(outcome.entries), _shown(outcome.entries)
     for workload, by_format in matrix(outcome.entries).items():
-        header = " | ".join(_md(shown.get(c, c)) for c in names)
-        lines += [f"## {workload}", "", f"| format | saved by | saved | {header} |",
+        header = " | ".join(code(shown.get(c, c), table=True) for c in names)
+        lines += [f"## {code(workload)}", "", f"| format | saved by | saved | {header} |",
                   "|---|---|---|" + "---|" * len(names)]
         for fmt, by_producer in by_format.items():
             unsafe = any(e.unsafe for row in by_producer.values() for e in row.values())
-            fmt_shown = f"{fmt} ({UNSAFE_NOTE})" if unsafe else fmt
+            fmt_shown = code(fmt, table=True) + (f" ({UNSAFE_NOTE})" if unsafe else "")
             for producer, row in by_producer.items():
                 cells = [(f"**{row[c].outcome}**" if row[c].gating else row[c].outcome) if c in row else ""
                          for c in names]
-                lines.append(f"| {_md(fmt_shown)} | {_md(shown.get(producer, producer))} | {_saved(row)} | "
-                             + " | ".join(cells) + " |")
+                by = code(shown.get(producer, producer), table=True)
+                lines.append(f"| {fmt_shown} | {by} | {cell(_saved(row))} | " + " | ".join(cells) + " |")
         lines.append("")
     problems = _problems(outcome)
     if problems:
         lines += ["## Problems", ""]
-        lines += [f"- {_md(_where(e, shown))}: **{e.outcome}**: {_md(e.reason)}" for e in problems]
+        lines += [f"- {_where(e, shown, code)}: **{e.outcome}**: {cell(e.reason)}" for e in problems]
         lines.append("")
     unsafe = unsafe_formats(outcome.entries)
     if unsafe:
         lines += ["## Formats that execute code on load", "",
                   "Loading these runs code stored in the file; load them only from a store you trust: "
-                  + ", ".join(f"`{f}`" for f in unsafe) + ".", ""]
+                  + ", ".join(code(f) for f in unsafe) + ".", ""]
     return "\n".join(lines)
-
-
-def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def write_markdown(path: str | Path, outcome: Any) -> None:
