@@ -118,7 +118,7 @@ def test_webhook_posts_slack_compatible_json_when_an_alarm_opens_and_recovers_on
     opened, recovered = receiver.posts
     assert receiver.headers[0]["Content-Type"] == "application/json"
     assert isinstance(opened["text"], str) and "OPENED" in opened["text"] and "suite/Slow" in opened["text"]
-    assert "*fw==1.1 on ci*" in opened["text"]
+    assert "*`fw==1.1` on `ci`*" in opened["text"]
     (event,) = opened["modelci"]["events"]
     assert (event["event"], event["metric"], event["target"]) == ("open", "time.infer", "fw==1.1")
     assert "RECOVERED" in recovered["text"] and recovered["modelci"]["events"][0]["event"] == "recovered"
@@ -374,7 +374,7 @@ def test_cli_compare_and_run_write_junit_and_markdown_and_notify_on_open(fake_pr
     assert "B regresses against A" in (files / "c.md").read_text()
     # compare ran 1.0 then 1.1: the 1.1 run opened the timing alarm, and the webhook heard about it once
     (post,) = receiver.posts
-    assert "fakesuite/Slow timing:time.infer" in post["text"]
+    assert "`fakesuite/Slow` `timing:time.infer`" in post["text"]
     capsys.readouterr()
     assert cli.main(["run", "--target", str(fake_project.v11), "--suite", str(fake_project.suite), "-k", "Slow",
                      "--junit", str(files / "r.xml"), "--markdown", str(files / "r.md")]) == 1
@@ -402,9 +402,9 @@ def test_a_recovery_says_how_the_alarm_is_now_and_which_run_recovered_it(tmp_pat
     history.run("1.1", [timed("suite/Raises", status="failed", reason="RuntimeError: boom")])
     recovered = history.run("1.2", [timed("suite/Raises", 0.1, seed=2)])
     opened, back = receiver.posts
-    assert "- OPENED #1 [status] suite/Raises status:status: status failed: RuntimeError: boom" in opened["text"]
+    assert "- OPENED #1 [status] `suite/Raises` `status:status`: status failed: RuntimeError: boom" in opened["text"]
     # the failure is kept as context, after how it is now and where that was seen
-    assert ("- RECOVERED #1 [status] suite/Raises status:status in run 3 on fw==1.2: status ok "
+    assert ("- RECOVERED #1 [status] `suite/Raises` `status:status` in run 3 on `fw==1.2`: status ok "
             "(was: status failed: RuntimeError: boom)") in back["text"]
     assert back["modelci"]["events"][0]["detail"] == "status ok"
     out = _console()
@@ -511,9 +511,9 @@ def test_the_webhook_text_escapes_what_slack_would_read_as_links_or_entities(tmp
     text = post["text"]
     assert "<" not in text and ">" not in text  # no link, no mention: modelci's own text has neither
     assert all(part.startswith(("amp;", "lt;", "gt;")) for part in text.split("&")[1:])  # every & an entity
-    assert "suite/&lt;https://evil.example|click&gt; &amp; &lt;!channel&gt; status:status" in text
+    assert "`suite/&lt;https://evil.example|click&gt; &amp; &lt;!channel&gt;` `status:status`" in text
     assert "status failed: RuntimeError: &lt;https://evil.example|see the log&gt; &amp;gt; x" in text
-    assert "runner ci&lt;x&gt;" in text and "*fw==1.1&amp;&lt;1&gt; on ci&lt;x&gt;*" in text
+    assert "runner `ci&lt;x&gt;`" in text and "*`fw==1.1&amp;&lt;1&gt;` on `ci&lt;x&gt;`*" in text
     assert "https://ci.example.com/a&amp;b/runs/2.html" in text
     # the formatting modelci adds is left as it is, and scripts and mail get the text as written
     assert text.startswith("modelci: 1 alarm opened") and "\n- OPENED #1 [status] " in text
@@ -521,6 +521,36 @@ def test_the_webhook_text_escapes_what_slack_would_read_as_links_or_entities(tmp
     assert (event["workload"], event["message"]) == (name, f"status failed: {reason}")
     (mail,) = mailbox.messages
     assert name in mail.content.decode() and "&amp;" not in mail.content.decode()
+
+
+def test_the_webhook_text_shows_names_in_inline_code_and_pings_nobody(tmp_path, receiver, smtp_server, monkeypatch):
+    """Slack reads `*x*`, `_x_` and `~x~` as formatting, and Mattermost (Slack too, with `link_names`) `@channel`
+    and `@here` as mentions: a workload, metric, target or runner named so, or an error saying so, must neither
+    format the message nor ping a channel. Names are inline code, and a zero-width space follows a mention's `@`."""
+    port, mailbox = smtp_server
+    monkeypatch.setenv("TEST_HOOK_URL", receiver.url)
+    name = "@channel *bold* _it_ ~strike~ `tick`"
+    history = History(tmp_path / "p", WEBHOOK + '[alarms]\ndashboard_url = "https://ci.example.com/@here/"\n'
+                      f'[[notify]]\nkind = "email"\nhost = "127.0.0.1"\nport = {port}\nto = ["a@example.com"]\n',
+                      runner="@here")
+    history.run("1.0*x*", [timed(name, 0.1)])
+    history.run("1.1_y_", [timed(name, status="failed", reason="RuntimeError: @channel @here *boom* mail a@b.c")])
+    (post,) = receiver.posts
+    text = post["text"]
+    zwsp = "\u200b"
+    # every name is one inline code span, a backtick in it shown as U+02CB: mrkdwn has no escape inside code
+    assert f"`@{zwsp}channel *bold* _it_ ~strike~ \u02cbtick\u02cb` `status:status`" in text, text
+    assert f"runner `@{zwsp}here`" in text and f"*`fw==1.1_y_` on `@{zwsp}here`*" in text
+    # no mention anywhere, in a name or in a message; an e-mail address and the dashboard's link stay whole
+    assert not re.search(r"(?<![A-Za-z0-9_])@(?!\u200b)", text.replace("https://ci.example.com/@here/", "")), text
+    assert f"RuntimeError: @{zwsp}channel @{zwsp}here *boom* mail a@b.c" in text
+    assert "https://ci.example.com/@here/runs/2.html" in text
+    # no backtick but those around names (title 2, heading 2, event 2) and the last line's 2 commands
+    assert text.count("`") == 2 * 6 + 2 * 2, text
+    # scripts and mail get the names as written
+    assert post["modelci"]["events"][0]["workload"] == name
+    (mail,) = mailbox.messages
+    assert name in mail.content.decode() and zwsp not in mail.content.decode()
 
 
 HOSTILE = "suite/<img src=x onerror=alert(1)>|*[md](javascript:alert(1))*``tick"

@@ -227,7 +227,7 @@ def test_a_confirmed_timing_regression_opens_one_alarm_with_both_passes_in_its_e
     assert set(second["result_ids"]) == {"a", "b"} and all(second["result_ids"].values())
     assert [a["id"] for a in report["alarms"]] == [alarm.id]
     (post,) = receiver.posts
-    assert "fakesuite/Slow timing:time.infer" in post["text"]
+    assert "`fakesuite/Slow` `timing:time.infer`" in post["text"]
 
 
 @pytest.mark.parametrize("once, verdict", [(True, "ok"), (False, "regression")])

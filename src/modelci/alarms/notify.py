@@ -20,6 +20,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import smtplib
 import socket
 import threading
@@ -87,8 +88,8 @@ def compose(events: list[AlarmEvent], outcome: Any = None, run_id: int | None = 
     from modelci.report.markup import dashboard_page
 
     page = dashboard_page(dashboard, run_id)
-    title, text = _lines(events, outcome, run_id, baselines, page, str)
-    chat = _lines(events, outcome, run_id, baselines, page, slack_escape)[1]
+    title, text = _lines(events, outcome, run_id, baselines, page, str, str)
+    chat = _lines(events, outcome, run_id, baselines, slack_escape(page), slack_text, slack_name)[1]
     return Message(title=title, text=text, events=events, outcome=outcome, run_id=run_id,
                    baselines=dict(baselines), url=page, chat=chat)
 
@@ -100,35 +101,59 @@ def slack_escape(text: Any) -> str:
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+#: an `@` where chat reads a mention (`@channel`, `@here`, `@all`, `@alice`): after no letter, digit or `_`
+_MENTION = re.compile(r"(?<![A-Za-z0-9_])@")
+#: what follows such an `@`: a zero-width space, which shows nothing and keeps the word from being a mention
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def slack_text(text: Any) -> str:
+    """Text for the chat message: `slack_escape`d, and no mention: `@channel` in an error would ping a channel
+    in Mattermost (and in Slack with `link_names`), so a zero-width space follows each `@` that starts a word."""
+    return slack_escape(_MENTION.sub("@" + ZERO_WIDTH_SPACE, str(text)))
+
+
+def slack_name(text: Any) -> str:
+    """A name (workload, metric, target, runner) for the chat message: inline code, in which Slack's and
+    Mattermost's `*bold*`, `_italic_`, `~strike~` and `:emoji:` are literal, on one line; mrkdwn has no escape for
+    a backtick inside it, so a backtick shows as `ˋ` (U+02CB). Mentions and `&<>` as `slack_text`: some receivers
+    still notify a mention in code."""
+    value = " ".join(str(text).split()).replace("`", "\u02cb")
+    return f"`{slack_text(value)}`" if value else ""
+
+
 def _lines(events: list[AlarmEvent], outcome: Any, run_id: int | None, baselines: Mapping[int, tuple[str, int | None]],
-           page: str, esc: Callable[[Any], str]) -> tuple[str, str]:
+           page: str, esc: Callable[[Any], str], name: Callable[[Any], str]) -> tuple[str, str]:
     """(title, text) of a notification; `esc` is applied to every piece of text that modelci did not write itself
-    (names, labels, messages, the dashboard's URL), never to the formatting around them."""
+    (messages, baselines), never to the formatting around them, and `name` to the names (workloads, checks and
+    metrics, targets, runners). `page`, the run's page on the dashboard, comes as the format shows it: in chat only
+    `slack_escape`d, since a zero-width space in it would break the link."""
     opened = sum(e.event == "open" for e in events)
     recovered = sum(e.event == "recovered" for e in events)
     bisected = sum(e.event == "bisected" for e in events)
     parts = [f"{opened} alarm{'s' * (opened != 1)} opened"] if opened else []
     parts += [f"{recovered} recovered"] if recovered else []
     parts += [f"{bisected} bisected"] if bisected else []
-    where = f" on {esc(outcome.target.label)} (runner {esc(outcome.runner)})" if outcome is not None else ""
+    where = f" on {name(outcome.target.label)} (runner {name(outcome.runner)})" if outcome is not None else ""
     title = f"modelci: {', '.join(parts) or 'no alarm changes'}{where}"
     lines = [title]
     groups: dict[str, list[AlarmEvent]] = {}
     for event in events:
         groups.setdefault(event.alarm.group, []).append(event)
-    for group, members in groups.items():
-        lines.append(f"*{esc(group)}*")
+    for members in groups.values():
+        first = members[0].alarm  # the group's target and runner, as Alarm.group names them
+        lines.append(f"*{name(first.target) if first.target else '(no target)'} on {name(first.runner)}*")
         for event in members:
             alarm = event.alarm
             word = "REOPENED" if event.reopened else EVENT_WORDS[event.event]
             if event.resent:  # an earlier run's news: the reader may have seen later ones
                 word += " (sent again: its first delivery failed)"
-            lines.append(f"- {word} #{alarm.id} [{esc(alarm.kind)}] {esc(alarm.workload)} "
-                         f"{esc(alarm.check)}:{esc(alarm.metric)}{_recovered_in(event, outcome, run_id, esc)}: "
+            lines.append(f"- {word} #{alarm.id} [{esc(alarm.kind)}] {name(alarm.workload)} "
+                         f"{name(f'{alarm.check}:{alarm.metric}')}{_recovered_in(event, outcome, run_id, name)}: "
                          f"{wording.listed(*wording.event_parts(event), alarm.id, esc=esc)}")
             baseline = baselines.get(alarm.id, ("", None))[0]
             more = [f"baseline {esc(baseline)}"] if baseline else []
-            more += [esc(page)] if page else []
+            more += [page] if page else []
             if more:
                 lines.append(f"  {' · '.join(more)}")
     if run_id is not None:
@@ -168,12 +193,12 @@ def baselines_of(store: Any, events: list[AlarmEvent], outcome: Any = None) -> d
     return found
 
 
-def _recovered_in(event: AlarmEvent, outcome: Any, run_id: int | None, esc: Callable[[Any], str]) -> str:
+def _recovered_in(event: AlarmEvent, outcome: Any, run_id: int | None, name: Callable[[Any], str]) -> str:
     """Where a recovery was seen (" in run 3 on fw==1.2"): the group heading names the target it first fired on."""
     if event.event != "recovered":
         return ""
     where = f" in run {run_id}" if run_id is not None else ""
-    return where + (f" on {esc(outcome.target.label)}" if outcome is not None else "")
+    return where + (f" on {name(outcome.target.label)}" if outcome is not None else "")
 
 
 def payload(message: Message) -> dict[str, Any]:
