@@ -555,3 +555,23 @@ def test_cli_invert_names_the_first_improved_commit(history, tmp_path):
     # the same ends without --invert: c2 -> c5 changed the outputs, which is what a regression bisect follows
     again = subprocess.run(cmd, cwd=history["root"] / "project", capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "first bad:" in again.stdout
+
+
+@pytest.mark.slow
+def test_the_live_log_says_why_a_release_that_could_not_install_was_skipped(tmp_path):
+    """The log said "no result for the workload" where the table said why: the release could not be installed."""
+    wheels = tmp_path / "wheels"
+    for version, scale in (("1.0", 1.0), ("1.2", 1.5)):  # 1.1 is on no index
+        build_fake_wheel(wheels, "fakefw", version, {"fakefw/__init__.py": fakefw_source(scale=scale)})
+    suite = write_suite(tmp_path / "suite")
+    lines = []
+    with offline_environment() as patch:
+        patch.setenv("MODELCI_FIND_LINKS", str(wheels))
+        cfg = config_module.load(config_file=write_project(tmp_path / "project", tmp_path / "cache"))
+        result = bisect(cfg, [str(suite)], "Numeric", versions=["fakefw==1.0", "fakefw==1.1", "fakefw==1.2"],
+                        log=lines.append)
+
+    [skipped] = [p for p in result.probes if p.verdict == "skip"]
+    assert skipped.item == "fakefw==1.1" and "could not install" in skipped.why
+    [logged] = [line for line in lines if line.startswith("round 1: fakefw==1.1 is skip")]
+    assert logged == f"round 1: fakefw==1.1 is skip ({skipped.why})"

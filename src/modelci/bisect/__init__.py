@@ -290,7 +290,9 @@ def _bisect(config: Any, suite_specs: list[str], pattern: str | None, *, repo: s
             probe = prober.probe(item, ran, workload, way.word(word), why, rounds, numbers)
             probes.append(probe)
             outcomes[item] = word
-            log(f"round {rounds}: {space.describe(item)} is {way.word(word)} ({why})")
+            # the probe's own reason where it has one (a release that could not install, a commit remembered as
+            # unbuildable), as the table shows it, not the verdict's "no result for the workload"
+            log(f"round {rounds}: {space.describe(item)} is {probe.verdict} ({probe.why})")
         search.record(outcomes)
         rounds += 1
 
