@@ -43,3 +43,28 @@ def test_a_target_spec_matches_its_builds():
     assert matches("torch==2.13.0+cpu", {**row, "target_spec": "x"})
     assert not matches("torch==2.14.0", {**row, "target_spec": "x"})
     assert not matches("numpy==2.13.0", {**row, "target_spec": "x"})
+
+
+def test_a_version_written_with_trailing_zeros_is_the_same_target():
+    """`numpy==2.1.3.0` and `numpy==2.1.3` are one release (PEP 440), as `compare` and the history take them;
+    consistency called them two targets and left out the runner that wrote the other."""
+    row = {"target_spec": "numpy==2.1.3", "target_name": "numpy", "target_version": "2.1.3"}
+    assert matches("numpy==2.1.3.0", row)
+    assert matches("numpy==2.1.3", {**row, "target_spec": "numpy==2.1.3.0", "target_version": "2.1.3.0"})
+    assert matches("numpy==2.1.3.0", {**row, "target_version": "2.1.3+cpu"})
+    assert not matches("numpy==2.1.3.1", row)
+
+    class History:
+        rows = [{**row, "run_id": 2, "runner": "ci-gpu", "status": "complete", "environment_id": "e2",
+                 "target_spec": "numpy==2.1.3.0", "target_version": "2.1.3.0"},
+                {**row, "run_id": 1, "runner": "ci-cpu", "status": "complete", "environment_id": "e1"}]
+
+        def run_environments(self):
+            return self.rows
+
+        def environment(self, env_id):
+            return type("Env", (), {"lock": "numpy==2.1.3\n" + ("scipy==1.14.1\n" if env_id == "e2" else "")})
+
+    result = consistency(History(), "numpy==2.1.3")
+    assert sorted(result.runners) == ["ci-cpu", "ci-gpu"]
+    assert [p["name"] for p in result.packages] == ["scipy"]

@@ -41,7 +41,8 @@ class Consistency:
 
 
 def matches(spec: str, row: dict[str, Any]) -> bool:
-    """Whether a stored run's target is `spec`: the same spec text, or the same `name==version` (local label aside)."""
+    """Whether a stored run's target is `spec`: the same spec text, or the same `name==version` (local label aside).
+    Versions compare as PEP 440 versions, not as text: `numpy==2.1.3.0` is `numpy==2.1.3`, as it is to `compare`."""
     if row["target_spec"] == redacted(spec):  # stored without its password
         return True
     try:
@@ -53,10 +54,10 @@ def matches(spec: str, row: dict[str, Any]) -> bool:
         return False
     version = pins[0]
     try:
-        return Version(version).public == Version(row["target_version"]).public or \
-            Version(version).base_version == Version(row["target_version"]).public
+        wanted, stored = Version(version), Version(Version(row["target_version"]).public)
     except InvalidVersion:
         return version == row["target_version"]
+    return Version(wanted.public) == stored or Version(wanted.base_version) == stored
 
 
 def consistency(store: Any, spec: str) -> Consistency:
