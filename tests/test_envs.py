@@ -221,6 +221,41 @@ def test_unresolvable_requirement_is_a_user_error(fake_wheel_factory, tmp_path):
     assert not (tmp_path / "cache" / "envs" / spec.id()).exists()
 
 
+def test_an_extra_the_package_does_not_have_is_noted_at_the_build_and_at_each_reuse(fake_wheel_factory, tmp_path):
+    """uv installs `fakefw[bogus]` as plain fakefw with a warning that was never shown: the environment lacked what
+    was asked, silently. Real uv, offline."""
+    fake_wheel_factory("fakefw", "1.0")
+    spec = EnvSpec(["fakefw[bogus]==1.0"], index=offline(fake_wheel_factory.folder))
+    logs: list[str] = []
+    env = ensure(spec, tmp_path / "cache", log=logs.append)
+
+    assert installed_version(env, "fakefw") == "1.0"
+    notes = [line for line in logs if line.startswith("note:")]
+    assert notes == ["note: fakefw[bogus]==1.0 asks for the extra 'bogus', which fakefw==1.0 does not have: the "
+                     "environment holds fakefw without it; check the extra's name"]
+    assert not any("does not have an extra" in line for line in logs if line.startswith("uv: "))  # said once
+    logs.clear()
+    ensure(spec, tmp_path / "cache", log=logs.append)
+    assert logs == notes, "a cached environment says it again: the run that built it may be long gone"
+
+
+def test_unknown_extras_are_read_from_uvs_warnings():
+    """uv 0.13's words, captured; a dependency's unknown extra is named by its package."""
+    from modelci.envs.build import unknown_extras
+
+    stderr = ("Resolved 2 packages in 6ms\n + fakefw==1.0\n"
+              "warning: The package `fakefw==1.0` does not have an extra named `bogus`\n"
+              "warning: The package `helper-lib==2.0` does not have an extra named `fast`.\n"  # older uv: a period
+              "warning: Failed to hardlink files; falling back to full copy.\n")
+    assert unknown_extras(["FakeFW[Bogus,cpu]==1.0", "other"], stderr) == [
+        "FakeFW[Bogus,cpu]==1.0 asks for the extra 'bogus', which fakefw==1.0 does not have: the environment holds "
+        "fakefw without it; check the extra's name",
+        "the extra 'fast' of helper-lib was asked for, but helper-lib==2.0 does not have it: the environment holds "
+        "helper-lib without it",
+    ]
+    assert unknown_extras(["fakefw==1.0"], "Resolved 1 package in 6ms\n") == []
+
+
 def test_missing_base_python_is_a_user_error(tmp_path):
     spec = EnvSpec([], python=str(tmp_path / "no-such-python"))
     with pytest.raises(UserError, match="no-such-python"):

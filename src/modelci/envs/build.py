@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from modelci import locks
@@ -40,6 +42,8 @@ SPEC_SCHEMA = 1
 SPEC_FILE = "modelci-env.json"
 LOCK_FILE = "modelci-lock.txt"
 FINGERPRINT_FILE = "modelci-fingerprint.json"
+#: what the build noted of the requirements (an extra the package does not have), said again at each reuse
+NOTES_FILE = "modelci-notes.txt"
 #: touched each time a cached environment is handed out, so `gc` knows what is in use
 LAST_USED_FILE = "modelci-last-used"
 #: beside `<id>/`: the file every process that uses the environment holds a shared lock on (`env gc` skips it)
@@ -124,6 +128,8 @@ def ensure(spec: EnvSpec, cache_dir: Path, *, log: Callable[[str], object] = pri
     default): for an environment that lives only for a bisect, where `--compile-bytecode` took 10.9 s of an
     install that takes 0.4 s from a warm uv cache without it; Python compiles what it imports instead. The
     environment is the same either way (the same spec, the same id), so it is not built again for a run.
+    A requirement whose extra the package does not have (`numpy[bogus]`) installs the package without it, as
+    pip and uv do; the build says so in a `note:` line, and so does each reuse of the environment.
     Raises UserError when a requirement cannot be installed or a lock cannot be rebuilt exactly, and
     HarnessError when uv cannot be found.
     """
@@ -138,7 +144,7 @@ def ensure(spec: EnvSpec, cache_dir: Path, *, log: Callable[[str], object] = pri
     # environment lost their python to a gc, and the run ended in a traceback with nothing stored
     locks.hold_shared(envs_dir / f"{spec_id}{IN_USE_SUFFIX}")
     with _build_lock(envs_dir / f"{spec_id}.lock", log):
-        env = _load(path, spec, spec_json, environ)
+        env = _load(path, spec, spec_json, environ, log)
         if env is not None:
             return env
         if path.exists():
@@ -222,6 +228,11 @@ def _build(
                     "Check the requirement and where packages come from "
                     "(`pip config list`, MODELCI_INDEX_URL, MODELCI_FIND_LINKS)."
                 )
+            notes = unknown_extras(spec.requirements, proc.stderr)
+            for note in notes:
+                log(f"note: {note}")
+            if notes:
+                (path / NOTES_FILE).write_text("".join(f"{note}\n" for note in notes))
         lock = _lock(uv, python, cache_dir)
         fingerprint = collect(python, lock, environ=environ, build=spec.build_info())
         if spec.lock is not None:
@@ -239,8 +250,10 @@ def _build(
     return Environment(env_id, path, python, spec, lock, fingerprint, isolated=True)
 
 
-def _load(path: Path, spec: EnvSpec, spec_json: dict, environ: dict[str, str]) -> Environment | None:
-    """The complete environment at `path` if its stored spec equals `spec_json`, else None."""
+def _load(path: Path, spec: EnvSpec, spec_json: dict, environ: dict[str, str],
+          log: Callable[[str], object] = print) -> Environment | None:
+    """The complete environment at `path` if its stored spec equals `spec_json`, else None; what its build
+    noted is said again."""
     try:
         stored = json.loads((path / SPEC_FILE).read_text())
         lock = (path / LOCK_FILE).read_text()
@@ -254,6 +267,12 @@ def _load(path: Path, spec: EnvSpec, spec_json: dict, environ: dict[str, str]) -
         # thread counts follow these: the fingerprint must describe what the workloads will see
         fingerprint = collect(python, lock, environ=environ, build=fingerprint.get("build") or spec.build_info())
         _write_atomic(path / FINGERPRINT_FILE, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+    try:
+        notes = (path / NOTES_FILE).read_text().splitlines()
+    except OSError:  # none: the build noted nothing
+        notes = []
+    for note in notes:
+        log(f"note: {note}")
     (path / LAST_USED_FILE).touch()
     return Environment(lockfile.id_of(lock, fingerprint), path, python, spec, lock, fingerprint, isolated=True)
 
@@ -366,7 +385,7 @@ def _run_uv(uv: str, args: list[str], cache_dir: Path,
                 stderr.append(line)
                 text = line.strip()
                 if text and not line.startswith((" + ", " - ", " ~ ")) and not text.startswith(
-                        ("error:", "×", "╰", "│")):
+                        ("error:", "×", "╰", "│")) and not _UNKNOWN_EXTRA.match(text):  # the caller notes those
                     log(f"uv: {text}")
             reader.join()
             out, err = "".join(stdout), "".join(stderr)
@@ -398,6 +417,39 @@ def _uv_reason(stderr: str) -> str:
     if reason:
         reason[0] = reason[0].removeprefix("error:").strip()  # the caller's message already says it failed
     return "\n  ".join(reason[:6]) or "uv failed without a message"
+
+
+#: uv's warning for a requested extra that the package does not define; it installs the package without it
+#: (uv quotes with backticks, and ends it with a period in some versions)
+_UNKNOWN_EXTRA = re.compile(r"warning: The package [`'](?P<package>[^`']+)[`'] does not have an extra named "
+                            r"[`'](?P<extra>[^`']+)[`']")
+
+
+def unknown_extras(requirements: list[str], stderr: str) -> list[str]:
+    """What to say of each extra uv warned the package does not have (`numpy[bogus]==2.1.3`): the environment
+    holds the package without it, which nothing else says. Named by the requirement that asked for it, where one
+    of `requirements` did (a dependency's extra, or one of a wheel path, is named by its package alone)."""
+    notes = []
+    for found in _UNKNOWN_EXTRA.finditer(stderr):
+        package, extra = found["package"], canonicalize_name(found["extra"])
+        name = canonicalize_name(re.split(r"[=<>!~ @\[;]", package, maxsplit=1)[0])
+        asked = [req for req in requirements if _asks_for(req, name, extra)]
+        if asked:
+            notes.append(f"{asked[0]} asks for the extra {extra!r}, which {package} does not have: the environment "
+                         f"holds {name} without it; check the extra's name")
+        else:  # a dependency's, or a requirement written as a wheel path or URL
+            notes.append(f"the extra {extra!r} of {name} was asked for, but {package} does not have it: the "
+                         f"environment holds {name} without it")
+    return list(dict.fromkeys(notes))
+
+
+def _asks_for(req: str, name: str, extra: str) -> bool:
+    """Whether requirement `req` names package `name` with `extra` (both normalized, as uv prints them)."""
+    try:
+        parsed = Requirement(req)
+    except InvalidRequirement:  # a wheel path or a URL: uv's warning then names the package, not this text
+        return False
+    return canonicalize_name(parsed.name) == name and extra in {canonicalize_name(e) for e in parsed.extras}
 
 
 def _culprits(requirements: list[str], stderr: str) -> str:
