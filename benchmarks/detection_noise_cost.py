@@ -20,7 +20,14 @@ series of detection.py (its AR(1) kind, its seed):
   and phi estimated, with the true phi and the sd estimated, and with both true. The known values are the
   benchmark's true ones, put in place of the estimate by replacing ``history._noise_for`` in the worker
   processes: a counterfactual that production cannot run (it never knows phi), which says where the gap to the
-  bound comes from.
+  bound comes from;
+- the history check with its noise pooled over a runner's series (``history.pool_noise``, as the alarm step
+  pools the series of one metric over a run's workloads): the series are taken RUNNER_SERIES at a time as the
+  workloads of one runner, all with the same noise, and each point's check gets the pool of its runner's series
+  as they stand at that point (the A/A series with the A/A series, the step series with the step series, each
+  step at its own point);
+- and, as false alarms only, runners whose series do not share their noise (MIXED: each series' CV and phi drawn
+  apart), with and without the pool: what pooling costs when its premise fails.
 
 Each row: the A/A false alarms per 1,000 points (one-sided, "slower") and the 5% steps found within 5 points.
 """
@@ -53,7 +60,14 @@ TRUE_SD = math.sqrt(detection.CV**2 + 0.287 * detection.WITHIN_RUN_CV**2)
 BOUND_PENALTIES = tuple(8.0 + 0.5 * i for i in range(11))  # 8 to 13
 #: the history check's noise: estimated (production), or the true sd and/or phi put in place of the estimate
 KNOWN = {"estimated": (), "calibrated": (), "sd known": ("sd",), "phi known": ("phi",),
-         "sd and phi known": ("sd", "phi")}
+         "sd and phi known": ("sd", "phi"), "pooled": ()}
+#: the workloads of one runner in the pooled mode: a suite of 20 models, each with its training-time series
+RUNNER_SERIES = 20
+#: runners whose series' noise differs: each series' CV is 3% times e**u, u uniform in +-CV_SPREAD, and its phi
+#: uniform in PHI_RANGE. "wide": a suite of small and large models on one runner; "mild": series nearly alike,
+#: where the spread is the hardest to tell from none
+MIXED = {"wide": (0.7, (0.0, 0.8)), "mild": (0.2, (0.35, 0.65))}
+MIXED_RUNNERS = 10
 #: what `modelci calibrate` measures and the alarm step passes: the sd given as a CV (from
 #: detection.CALIBRATION_RUNS runs, so give or take a sample sd's error), phi still estimated
 CALIBRATED_CV = detection.CV
@@ -72,22 +86,32 @@ def _know(known: tuple[str, ...]) -> None:
         history._noise_for = noise_for
 
 
-def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[list[int]], int, list[list[int]]]:
-    """Series ``i`` of ``series`` of detection.py's AR(1) kind, seeded as a run of that many there: the points of
-    the "slower" alarms on its A/A series, where its 5% step is, and the points of the alarms on that series up to
-    5 points after the step, for the history check (``mode``) or, with mode "bound", for each bound penalty (one
-    list per penalty). (The 10% step series that detection.py draws after them are not needed.)"""
-    i, series, seed, mode = job
+def draw(i: int, series: int, seed: int) -> tuple[float, dict[float, tuple[int, np.ndarray, int]]]:
+    """Series ``i`` of ``series`` of detection.py's AR(1) kind, seeded as a run of that many there: its
+    calibrated CV, and for the A/A series and the 5% step series, where the step is, the values, and the point
+    to stop at (5 points after the step). (The 10% step series that detection.py draws after them are not
+    needed.)"""
     seeds = np.random.SeedSequence(seed).spawn(len(detection.NOISE_KINDS) * series)
     own = seeds[detection.NOISE_KINDS.index(KIND) * series + i]
     rng = np.random.default_rng(own)
     # the workload's calibration, as detection.py draws it for the same series
     noise_cv = detection.measured_cv(CALIBRATED_CV, detection.CALIBRATION_RUNS, detection.calibration_rng(own))
-    points: dict[float, list[list[int]]] = {}
+    drawn = {}
     for step in (0.0, STEP):
         at = int(rng.integers(detection.EDGE, detection.POINTS - detection.EDGE)) if step else detection.POINTS
         _, values = detection.make_series(KIND, step, at, rng)
-        stop = min(detection.POINTS, at + detection.FOUND_WITHIN + 1)
+        drawn[step] = (at, values, min(detection.POINTS, at + detection.FOUND_WITHIN + 1))
+    return noise_cv, drawn
+
+
+def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[list[int]], int, list[list[int]]]:
+    """Series ``i`` of ``series`` (``draw``): the points of the "slower" alarms on its A/A series, where its 5%
+    step is, and the points of the alarms on that series up to 5 points after the step, for the history check
+    (``mode``) or, with mode "bound", for each bound penalty (one list per penalty)."""
+    i, series, seed, mode = job
+    noise_cv, drawn = draw(i, series, seed)
+    points: dict[float, list[list[int]]] = {}
+    for step, (at, values, stop) in drawn.items():
         if mode == "bound":
             runs = [detection.bound_alarms(values, KIND, stop, p) for p in BOUND_PENALTIES]
         else:
@@ -96,6 +120,63 @@ def one_series(job: tuple[int, int, int, str]) -> tuple[str, list[list[int]], in
                                              detection.CALIBRATION_RUNS if calibrated else None)]
         points[step] = [[t for t, slower in alarms if slower] for alarms in runs]
     return mode, points[0.0], at, points[STEP]
+
+
+def pooled_alarms(runner: list[np.ndarray], stops: list[int]) -> list[list[int]]:
+    """The points of the "slower" alarms on each series of one runner, up to its stop, each point's check given
+    the noise pool of the runner's series as they stand at that point (as the alarm step after a run pools the
+    run's workloads)."""
+    alarms: list[list[int]] = [[] for _ in runner]
+    last = [-1] * len(runner)
+    for t in range(max(stops)):
+        pool = history.pool_noise([values[: t + 1] for values in runner])
+        for j, values in enumerate(runner):
+            if t >= stops[j]:
+                continue
+            change = history.detect_latest(values[: t + 1], window=detection.WINDOW, worse="up", noise_pool=pool)
+            if change is not None and change.index != last[j]:
+                last[j] = change.index
+                if change.magnitude > 0:
+                    alarms[j].append(t)
+    return alarms
+
+
+def one_runner(job: tuple[int, int, int]) -> list[tuple[str, list[list[int]], int, list[list[int]]]]:
+    """one_series' results for the series of runner ``r`` (RUNNER_SERIES of them, the last runner fewer), their
+    noise pooled."""
+    r, series, seed = job
+    drawn = [draw(i, series, seed)[1] for i in range(r * RUNNER_SERIES, min((r + 1) * RUNNER_SERIES, series))]
+    found = {step: pooled_alarms([d[step][1] for d in drawn], [d[step][2] for d in drawn]) for step in (0.0, STEP)}
+    return [("pooled", [found[0.0][j]], d[STEP][0], [found[STEP][j]]) for j, d in enumerate(drawn)]
+
+
+def mixed_runner(job: tuple[int, str, bool, int]) -> int:
+    """The "slower" false alarms on the A/A series of one MIXED runner (``r`` of its kind ``spread``), with or
+    without the noise pool."""
+    r, spread, pooled, seed = job
+    rng = np.random.default_rng([seed, r, list(MIXED).index(spread)])
+    cv_spread, (low, high) = MIXED[spread]
+    runner = []
+    for _ in range(RUNNER_SERIES):
+        cv, phi = detection.CV * math.exp(rng.uniform(-cv_spread, cv_spread)), rng.uniform(low, high)
+        effects = np.empty(detection.POINTS)
+        effects[0] = cv * rng.standard_normal()
+        innovations = cv * math.sqrt(1 - phi**2) * rng.standard_normal(detection.POINTS)
+        for t in range(1, detection.POINTS):
+            effects[t] = phi * effects[t - 1] + innovations[t]
+        samples = (1 + effects)[:, None] * (
+            1 + detection.WITHIN_RUN_CV * rng.standard_normal((detection.POINTS, detection.SAMPLES)))
+        runner.append(np.median(samples, axis=1))
+    if pooled:
+        return sum(len(a) for a in pooled_alarms(runner, [detection.POINTS] * len(runner)))
+    return sum(sum(slower for _, slower in detection.history_alarms(values, None, "up")) for values in runner)
+
+
+def measure_mixed(spread: str, pooled: bool, seed: int, workers: int) -> float:
+    """False alarms per 1,000 points over MIXED_RUNNERS runners of kind ``spread``, all points."""
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        counts = list(pool.map(mixed_runner, [(r, spread, pooled, seed) for r in range(MIXED_RUNNERS)]))
+    return 1000 * sum(counts) / (MIXED_RUNNERS * RUNNER_SERIES * detection.POINTS)
 
 
 def _init(mode: str, constants: dict[str, float | int]) -> None:
@@ -126,7 +207,12 @@ def measure(mode: str, series: int, seed: int, workers: int, constants: dict[str
     raises where the bound looks, and its steps found there would be ones the bound never had a chance at.
     """
     with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(mode, constants or {})) as pool:
-        results = list(pool.map(one_series, [(i, series, seed, mode) for i in range(series)], chunksize=4))
+        if mode == "pooled":
+            runners = -(-series // RUNNER_SERIES)
+            results = [r for chunk in pool.map(one_runner, [(r, series, seed) for r in range(runners)])
+                       for r in chunk]
+        else:
+            results = list(pool.map(one_series, [(i, series, seed, mode) for i in range(series)], chunksize=4))
     return tally(results)
 
 
@@ -207,8 +293,10 @@ def main(argv: list[str] | None = None) -> int:
              "| the bound at the same false alarms | fraction of the bound |", "|---|---:|---:|---:|---:|"]
     for mode in modes:
         row = measure(mode, series, args.seed, args.workers, constants)
-        name = (f"noise_cv={CALIBRATED_CV:g} as {detection.CALIBRATION_RUNS} runs measure it (calibrated), phi "
-                "estimated") if mode == "calibrated" else f"noise {mode}"
+        name = {"calibrated": f"noise_cv={CALIBRATED_CV:g} as {detection.CALIBRATION_RUNS} runs measure it "
+                              "(calibrated), phi estimated",
+                "pooled": f"noise estimated and pooled over a runner's {RUNNER_SERIES} series"}.get(mode,
+                                                                                                 f"noise {mode}")
         best = bound_at(bound, float(row.alarms[0]))
         against = "– | –" if best is None or best == 0 else f"{100 * best:.0f}% | {100 * row.found[0] / best:.0f}%"
         lines.append(f"| history, {name} | {row.alarms_all[0]:.2f} ({row.alarms[0]:.2f}) | "
@@ -217,6 +305,13 @@ def main(argv: list[str] | None = None) -> int:
               f"| penalty | false alarms / 1,000 pts from point {first}, A/A | 5% steps found ≤5 pts |",
               "|---:|---:|---:|"]
     lines += [f"| {p:g} | {a:.2f} | {100 * f:.0f}% |" for p, a, f in zip(BOUND_PENALTIES, bound.alarms, bound.found)]
+    if "pooled" in modes:
+        lines += ["", f"False alarms / 1,000 A/A points on runners whose {RUNNER_SERIES} series differ in their noise "
+                  f"({MIXED_RUNNERS} runners each; CV 3% times e**u, u uniform in ±spread, phi uniform in the range):",
+                  "", "| runner | CV spread | phi | own noise | pooled |", "|---|---:|---|---:|---:|"]
+        for spread, (cv_spread, (low, high)) in MIXED.items():
+            own, pooled = (measure_mixed(spread, p, args.seed, args.workers) for p in (False, True))
+            lines.append(f"| {spread} | ±{cv_spread:g} | {low:g}–{high:g} | {own:.2f} | {pooled:.2f} |")
     lines += ["", "The ceiling of a test that estimates the sd (see ``ceiling``): one look at 6 points finds "
               + ", ".join(f"{100 * ceiling(p):.0f}% at penalty {p:g}" for p in (10.0, 10.5, 11.0))
               + " of what the same look finds with the sd known."]

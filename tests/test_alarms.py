@@ -244,6 +244,23 @@ def test_the_online_check_looks_for_a_step_the_bad_way_only(history):
     assert detect_latest(series[0].values, series[0].labels, worse="both").label == "fw==1.0.24"
 
 
+
+def test_the_online_check_pools_the_noise_of_a_runners_workloads(history):
+    # 8 workloads on one runner, their timings with the same 1% noise: each series' noise is pooled with the
+    # others', and the alarm's rule says so. The step is in one workload only
+    workloads = [f"suite/W{i}" for i in range(8)]
+    series = {w: levels(30, 26, 0.06 if w == workloads[0] else 0.0, seed=i) for i, w in enumerate(workloads)}
+    outcomes = [history.run(f"1.0.{i}", [timed(w, series[w][i], seed=i, noise=0.005) for w in workloads])
+                for i in range(30)]
+    (alarm,) = lifecycle.list_alarms(history.store)
+    assert (alarm.workload, alarm.numbers["first_target"]) == (workloads[0], "fw==1.0.26")
+    (finding,) = [f for o in outcomes for c in o.comparisons for f in c.findings if f.check == "history"]
+    assert "pooled with the 8 series of this metric on this runner" in finding.reason
+    loaded = changes.load_series(history.store)
+    assert set(changes.noise_pools(loaded)) == {("ci", "time.infer")}  # the other metrics do not vary
+    # a runner with fewer series of a metric than history.POOL_MIN_SERIES keeps each series' own noise
+    assert changes.noise_pools([s for s in loaded if s.workload in workloads[:7]]) == {}
+
 def test_the_online_check_tests_each_metric_the_way_it_gets_worse():
     from modelci.checks.policy import Policy
 

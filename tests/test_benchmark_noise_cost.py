@@ -44,3 +44,18 @@ def test_the_bound_takes_the_most_found_at_a_level_of_false_alarms():
     bound = cost.Measured(np.array([1.5, 1.0, 1.0]), np.array([1.5, 1.0, 1.0]), np.array([0.3, 0.35, 0.4]))
     assert cost.bound_at(bound, 1.0) == pytest.approx(0.4)
     assert cost.bound_at(bound, 1.5) == pytest.approx(0.4)
+
+
+def test_the_pooled_rows_draw_the_same_series_and_pool_each_point_over_the_runner():
+    # the pooled mode must judge the very series the other rows judge (same step points), and give each point's
+    # check the pool of its runner's series at that point: a runner of 8 alike series, one with a step at 40
+    rng = np.random.default_rng(5)
+    runner = [1 + 0.01 * rng.standard_normal(46) for _ in range(8)]
+    runner[3][40:] += 0.1
+    alarms = cost.pooled_alarms(runner, [46] * 8)
+    assert [bool(a) for a in alarms] == [j == 3 for j in range(8)]
+    assert 40 <= alarms[3][0] <= 45
+    # a runner too small to pool (2 series) is judged exactly as the "estimated" rows judge the same 2 series: the
+    # pooled rows draw the very series, in the order, that the others do
+    alone = [cost.one_series((i, 2, detection.SEED, "estimated")) for i in range(2)]
+    assert [r[1:] for r in cost.one_runner((0, 2, detection.SEED))] == [r[1:] for r in alone]

@@ -631,3 +631,75 @@ def test_the_skewness_of_values_near_the_largest_level_does_not_overflow():
         values[94:] *= 1.10
         change = detect_latest(values, worse="up")
     assert change is not None and abs(change.index - 94) <= 1
+
+
+# -- the noise pool of a runner's series of one metric
+
+
+def _innovation_cv(phi: float = 0.5, cv: float = 0.03) -> float:
+    return cv * math.sqrt(1 - phi**2)
+
+
+def test_a_pool_of_alike_series_knows_their_noise_better_than_each_one_does():
+    from modelci.checks.history import _noise_for, pool_noise
+
+    runner = [ar1(46, seed=300 + i) for i in range(20)]
+    pool = pool_noise(runner)
+    assert pool is not None and pool.series == 20
+    assert abs(pool.phi - 0.5) < 0.1
+    assert abs(math.exp(pool.log_cv) / _innovation_cv() - 1) < 0.1
+    # each series' own sd from 40 points is off by 10-15%; shrunk toward the pool it is off by a few
+    own = [_noise_for(v[:-6], None, None, 3) for v in runner]
+    pooled = [_noise_for(v[:-6], None, None, 3, pool=pool) for v in runner]
+    assert all(n.pooled == 20 for n in pooled) and not any(n.pooled for n in own)
+
+    def spread(noises):
+        return float(np.sqrt(np.mean([(n.innovations / _innovation_cv() - 1) ** 2 for n in noises])))
+
+    def phi_error(noises):
+        return float(np.sqrt(np.mean([(n.phi - 0.5) ** 2 for n in noises])))
+
+    assert spread(pooled) < 0.5 * spread(own)
+    assert phi_error(pooled) < 0.6 * phi_error(own)
+
+
+def test_series_far_apart_keep_their_own_noise():
+    from modelci.checks.history import _noise_for, pool_noise
+
+    # half the runner's series are ten times as noisy as the other half (a 10 ms inference beside a 10 s run)
+    runner = [ar1(120, seed=400 + i, cv=0.01 if i % 2 else 0.1) for i in range(16)]
+    pool = pool_noise(runner)
+    assert pool is not None and pool.log_cv_spread > 0.5
+    for values in runner:
+        own, pooled = _noise_for(values[:-6], None, None, 3), _noise_for(values[:-6], None, None, 3, pool=pool)
+        assert abs(pooled.innovations / own.innovations - 1) < 0.05
+
+
+def test_no_pool_from_too_few_or_too_short_series():
+    from modelci.checks.history import POOL_MIN_SERIES, pool_noise
+
+    assert pool_noise([ar1(100, seed=i) for i in range(POOL_MIN_SERIES - 1)]) is None
+    assert pool_noise([ar1(25, seed=i) for i in range(20)]) is None  # 19 points before the tail: too few
+    # a series at 0 (a counter that never moved) has no scale to pool, and does not count
+    flat = [np.zeros(100)] * 5 + [ar1(100, seed=i) for i in range(POOL_MIN_SERIES - 1)]
+    assert pool_noise(flat) is None
+    assert pool_noise([ar1(100, seed=i) for i in range(POOL_MIN_SERIES)]).series == POOL_MIN_SERIES
+
+
+def test_a_pooled_check_says_so_and_raises_no_more_false_alarms_on_alike_series():
+    from modelci.checks.history import pool_noise
+
+    runner = [ar1(120, seed=500 + i) for i in range(20)]
+    own = pooled = 0
+    for t in range(40, 120):
+        pool = pool_noise([v[: t + 1] for v in runner])
+        for values in runner:
+            own += detect_latest(values[: t + 1], worse="up") is not None
+            pooled += detect_latest(values[: t + 1], worse="up", noise_pool=pool) is not None
+    assert pooled <= own
+    step = ar1(120, seed=600)
+    step[-6:] += 0.15
+    pool = pool_noise([*runner, step])
+    change = detect_latest(step, worse="up", noise_pool=pool)
+    assert change is not None and change.index == 114
+    assert "pooled with the 21 series of this metric on this runner" in change.rule

@@ -214,15 +214,33 @@ def find_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list[S
     return found
 
 
-def latest_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list[SeriesChange]:
-    """The change, if any, that begins within the last TAIL points of each series: the check after every run."""
+def noise_pools(series_list: Iterable[Series]) -> dict[tuple[str, str], history.NoisePool]:
+    """The noise pool (history.pool_noise) of each runner's metric over its series here, where they are enough:
+    the workloads of one runner share its noise (a machine's drift moves their timings together), and each
+    series' own estimate from at most 200 points is what keeps the online check from small steps."""
     from modelci.checks import history
 
+    groups: dict[tuple[str, str], list[list[float]]] = {}
+    for series in series_list:
+        groups.setdefault((series.runner, series.metric), []).append(series.values)
+    pools = {key: history.pool_noise(values, tail=TAIL) for key, values in groups.items()}
+    return {key: pool for key, pool in pools.items() if pool is not None}
+
+
+def latest_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list[SeriesChange]:
+    """The change, if any, that begins within the last TAIL points of each series: the check after every run.
+    Each series' noise is pooled with that of the other series of its runner and metric (noise_pools)."""
+    from modelci.checks import history
+
+    series_list = list(series_list)
+    pools = noise_pools(series_list)
     found = []
     for series in series_list:
         policy = policy_for(series.runner, series.workload)(series.metric)
         change = history.detect_latest(series.values, series.labels, tail=TAIL, window=WINDOW,
-                                       worse=worse_way(series, policy), **detection_settings(series, policy))
+                                       worse=worse_way(series, policy), noise_pool=pools.get((series.runner,
+                                                                                               series.metric)),
+                                       **detection_settings(series, policy))
         if change is not None and _large_enough(series, change, policy):
             found.append(SeriesChange(series, change, worse(series, change, policy),
                                       direction_text(series, policy)))

@@ -14,8 +14,9 @@ the direction that is a regression: a one-sided z by least squares under AR(1) n
 trend before the tail (a drift that goes on is no change; a step on top of it is), against a threshold set from
 the same noise. With 20 points before the tail the noise comes from those points; on a shorter history (from 8
 points) from the residuals about the history's own segments, where a step is a segment and not noise, with a
-threshold that covers the autocorrelation it cannot estimate. The method and the figures that set its constants
-are in docs/detection.md (made by benchmarks/detection.py).
+threshold that covers the autocorrelation it cannot estimate. The series of one metric on one runner may pool
+their noise (``pool_noise``): each one's estimate is shrunk toward their mean as far as they are alike. The
+method and the figures that set its constants are in docs/detection.md (made by benchmarks/detection.py).
 """
 
 from __future__ import annotations
@@ -136,6 +137,14 @@ MAX_PHI = 0.9
 #: of its standard error sqrt(6 / n), so that a symmetric noise is not charged for the scatter of its estimate
 SKEW_TRIM = 6.0
 SKEW_SHRINK = 1.0
+#: detect_latest with a noise pool (``pool_noise``): a runner's series of one metric pool their noise only when
+#: at least this many have MIN_POINTS_FOR_ESTIMATE points before their tails; fewer say too little about how far
+#: apart the series' noises are, and a spread taken too small would set one noisier series' threshold too low
+POOL_MIN_SERIES = 8
+#: the pool weighs a series' log sd of the innovations as a sample sd's from n - POOL_POINTS_LOSS points, and its
+#: phi with variance (1 - phi**2) / (n - POOL_POINTS_LOSS): what the estimates of 300 A/A AR(1) series of the
+#: benchmark scattered by at 20 to 200 points (within 10% at 30 points and more, docs/detection.md)
+POOL_POINTS_LOSS = 5
 
 
 @dataclass(frozen=True)
@@ -172,6 +181,8 @@ class Noise:
     #: the skewness of the AR(1) innovations (positive: a long tail of high values, as timings have), shrunk
     #: toward 0 by its own uncertainty; 0 when it was not estimated
     skew: float = 0.0
+    #: how many series of the runner's metric the sd and phi were pooled with (``NoisePool``); 0: this one's own
+    pooled: int = 0
 
     @property
     def innovations(self) -> float:
@@ -253,6 +264,103 @@ def _skewness(innovations: np.ndarray, sd: float) -> float:
     return math.copysign(max(abs(skew) - margin, 0.0), skew)
 
 
+@dataclass(frozen=True)
+class NoisePool:
+    """What a runner's series of one metric say about the noise they share (``pool_noise``): the mean over the
+    series of log(innovations' sd / level) and of phi, each with the variance of that mean (``*_error``) and the
+    spread of the series' true values about it (``*_spread``, tau**2 of a random-effects model).
+
+    One series' noise, estimated from its own 20 to 200 points, is loose: with it the online check finds 70% of
+    what the known-noise bound finds of 5% steps under AR(1) noise, and with the noise known 97%
+    (docs/detection.md). Series of one metric on one runner (each workload's training time, say) often share
+    their noise: the machine's drift moves them together. ``shrunk`` moves a series' own estimate toward the
+    mean by how far the series are apart: when they are alike it takes the mean, whose error is that of all
+    their points; when they are far apart (a 10 ms inference beside a 10 s training), it keeps its own."""
+
+    log_cv: float
+    log_cv_error: float
+    log_cv_spread: float
+    phi: float
+    phi_error: float
+    phi_spread: float
+    series: int
+
+    def shrunk(self, terms: _PoolTerms) -> tuple[float, float, float, float]:
+        """(log cv, its variance, phi, its variance) of one series whose own estimates are ``terms``."""
+        log_cv, cv_variance = _shrink(terms.log_cv, terms.log_cv_variance, self.log_cv, self.log_cv_error,
+                                      self.log_cv_spread)
+        phi, phi_variance = _shrink(terms.phi, terms.phi_variance, self.phi, self.phi_error, self.phi_spread)
+        return log_cv, cv_variance, phi, phi_variance
+
+
+@dataclass(frozen=True)
+class _PoolTerms:
+    """One series' own noise estimate on the pool's scale, with the sampling variance of each part."""
+
+    level: float
+    log_cv: float
+    log_cv_variance: float
+    phi: float
+    phi_variance: float
+    estimate: Noise
+
+
+def _pool_terms(x: np.ndarray, min_size: int) -> _PoolTerms | None:
+    """The pool's terms of the points before a tail (the last NOISE_WINDOW of them); None when they are too few or
+    have no scale (a level of 0, or no noise at all)."""
+    x = x[-NOISE_WINDOW:]
+    n = len(x)
+    if n < MIN_POINTS_FOR_ESTIMATE:
+        return None
+    level = abs(float(np.median(x)))
+    estimate = estimate_noise(x, min_size=min_size)
+    if level == 0.0 or not estimate.innovations > 0.0:
+        return None
+    # the log of a sample sd with f degrees of freedom has variance about 1 / (2 f), phi's estimate (1 - phi**2) / f
+    # (kept off 0 near phi = 1). The log sd is also biased low by about 1 / n (the coarse segmentation takes some
+    # of the wander out): put back, since in the pool's mean the bias of every series adds up while their errors
+    # cancel
+    freedom = max(n - POOL_POINTS_LOSS, min_size)
+    return _PoolTerms(level, math.log(estimate.innovations / level) + 1 / n, 1 / (2 * freedom),
+                      estimate.phi, max(1 - estimate.phi**2, 0.1) / freedom, estimate)
+
+
+def pool_noise(histories: Sequence[Sequence[float]], *, tail: int = MAX_TAIL, min_size: int = 3
+               ) -> NoisePool | None:
+    """The noise pool of a runner's series of one metric, from the points before each one's last ``tail``
+    (as detect_latest estimates a series' own noise); None when fewer than POOL_MIN_SERIES have
+    MIN_POINTS_FOR_ESTIMATE such points and a scale. Pass it to detect_latest as ``noise_pool`` for each of them.
+
+    The series' spread is estimated by DerSimonian and Laird's moment estimator: what the series scatter about
+    their mean beyond what their own estimates' errors explain."""
+    terms = [t for t in (_pool_terms(_as_series(h)[:-tail], min_size) for h in histories if len(h) > tail)
+             if t is not None]
+    if len(terms) < POOL_MIN_SERIES:
+        return None
+    log_cv = _random_effects([t.log_cv for t in terms], [t.log_cv_variance for t in terms])
+    phi = _random_effects([t.phi for t in terms], [t.phi_variance for t in terms])
+    return NoisePool(*log_cv, *phi, len(terms))
+
+
+def _random_effects(values: Sequence[float], variances: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, its variance, tau**2) of estimates ``values`` of true values that scatter with variance tau**2,
+    each estimate off its own by its sampling variance (DerSimonian-Laird)."""
+    x, w = np.asarray(values, dtype=float), 1 / np.asarray(variances, dtype=float)
+    fixed = float(np.sum(w * x) / np.sum(w))
+    q = float(np.sum(w * (x - fixed) ** 2))
+    scale = float(np.sum(w) - np.sum(w**2) / np.sum(w))
+    spread = max(0.0, (q - (len(x) - 1)) / scale) if scale > 0 else 0.0
+    weights = 1 / (1 / w + spread)
+    return float(np.sum(weights * x) / np.sum(weights)), float(1 / np.sum(weights)), spread
+
+
+def _shrink(own: float, variance: float, mean: float, error: float, spread: float) -> tuple[float, float]:
+    """A series' estimate moved toward the pool's mean by the weight spread / (spread + variance), and the
+    variance of the result about the series' true value (its own part's, and the mean's error)."""
+    weight = spread / (spread + variance)
+    return weight * own + (1 - weight) * mean, weight * variance + (1 - weight) ** 2 * error
+
+
 def detect_changes(
     values: Sequence[float],
     labels: Sequence[str] | None = None,
@@ -325,6 +433,7 @@ def detect_latest(
     tail: int = MAX_TAIL,
     window: int = 60,
     worse: str = "both",
+    noise_pool: NoisePool | None = None,
 ) -> ChangePoint | None:
     """Say whether the last ``tail`` (at most 6) points begin a new segment: the check that runs after each run.
 
@@ -334,6 +443,8 @@ def detect_latest(
     NOISE_WINDOW points before the tail, so pass the history, not just the window. A shorter history (from
     MIN_POINTS_ONLINE points) is tested against a stricter threshold (SHORT_PENALTY). On a trend the levels of
     the change are the trend's fitted value at it and that plus the shift. ``noise_runs``: as in detect_changes.
+    ``noise_pool`` (``pool_noise`` of the runner's series of this metric, this one included): the sd and phi
+    estimated from the points before the tail are shrunk toward the pool's, as far as the series are alike.
     """
     _check_runs(noise_runs)
     if not min_size <= tail <= MAX_TAIL:
@@ -342,7 +453,7 @@ def detect_latest(
         raise ValueError(f"worse must be one of {', '.join(WORSE)}, not {worse!r}")
     x = _as_series(values)
     labels = _as_labels(labels, len(x))
-    settings = _Latest(noise_sd, noise_cv, noise_runs, min_size, tail, window, worse)
+    settings = _Latest(noise_sd, noise_cv, noise_runs, min_size, tail, window, worse, noise_pool)
     found = _tail_candidate(x, settings)
     if found is None:
         return None
@@ -390,6 +501,7 @@ class _Latest:
     tail: int
     window: int
     worse: str
+    pool: NoisePool | None = None
 
 
 @dataclass(frozen=True)
@@ -432,7 +544,7 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
         noise = _short_noise(x, settings.noise_sd, settings.noise_cv, min_size, settings.noise_runs)
     else:
         noise = _noise_for(x[:-tail][-NOISE_WINDOW:], settings.noise_sd, settings.noise_cv, min_size,
-                           settings.noise_runs)
+                           settings.noise_runs, settings.pool)
     if noise.sd == 0.0:
         return None
     start = max(0, n_all - settings.window)
@@ -499,6 +611,8 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
                   f"points before the tail, phi from them")
     else:
         source = f"sd {'given' if given else 'estimated'}, phi from the {before_tail} points before the tail"
+    if noise.pooled:
+        source += f", both pooled with the {noise.pooled} series of this metric on this runner"
     skew = f", skewness {noise.skew:.2f}" if noise.skew else ""
     sd = f"noise sd {noise.sd:.3g}, phi {noise.phi:.2f}{skew}; " if not (short and (not given or measured)) else ""
     rule = (f"the last {best} points shifted {way} by z={z[k]:.1f} against {against} {m - best} before them "
@@ -913,36 +1027,48 @@ def _compare(
 
 
 def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, min_size: int,
-               noise_runs: int | None = None) -> Noise:
+               noise_runs: int | None = None, pool: NoisePool | None = None) -> Noise:
     """detect_latest's noise from the points before the tail (at least MIN_POINTS_FOR_ESTIMATE): the given one
     when exact (phi still comes from the series); else estimated, or the given one measured from ``noise_runs``
-    runs pooled with the estimate, padded against its own uncertainty (LATEST_SD_PADDING)."""
+    runs pooled with the estimate, padded against its own uncertainty (LATEST_SD_PADDING). With a ``pool`` the
+    series' own sd and phi are first shrunk toward the pool's (``NoisePool``), and are worth as many points as
+    the shrunk estimate's variance says."""
     if len(x) < 3:
         return Noise(0.0, 0.0)
-    estimate = estimate_noise(x, min_size=min_size)
+    terms = _pool_terms(x, min_size) if pool is not None else None
+    estimate = terms.estimate if terms is not None else estimate_noise(x, min_size=min_size)
     phi = estimate.phi if len(x) >= MIN_POINTS_FOR_ESTIMATE else 0.0
     floor = 1e-9 * max(abs(float(np.median(x))), 1e-12)  # an exactly repeatable metric (bytes) has sd 0
     given = _given_sd(x, noise_sd, noise_cv)
     skew = estimate.skew if len(x) >= MIN_POINTS_FOR_ESTIMATE else 0.0
-    if given is not None and noise_runs is None:
-        return Noise(max(given, floor), phi, skew=skew)
-    if len(x) < MIN_POINTS_FOR_ESTIMATE:
-        return Noise(0.0, 0.0)  # too few points to know the noise: report nothing rather than guess
+    pooled = 0
     n = len(x)
     sd, innovations, points = estimate.sd, estimate.innovation_sd, float(n)
+    # the marginal sd of AR(1) noise from n points is worth n (1 - phi**2) / (1 + phi**2) independent ones; its
+    # innovations about n
+    sd_points = n * (1 - phi**2) / (1 + phi**2)
+    if terms is not None and pool is not None:
+        log_cv, cv_variance, phi, _ = pool.shrunk(terms)
+        phi = min(max(phi, 0.0), MAX_PHI)
+        innovations = terms.level * math.exp(log_cv)
+        sd = innovations / math.sqrt(1 - phi**2)
+        points = sd_points = 1 / (2 * cv_variance)  # the sample sd that is as uncertain
+        pooled = pool.series
+    if given is not None and noise_runs is None:
+        return Noise(max(given, floor), phi, skew=skew, pooled=pooled)
+    if len(x) < MIN_POINTS_FOR_ESTIMATE:
+        return Noise(0.0, 0.0)  # too few points to know the noise: report nothing rather than guess
     if given is not None and noise_runs is not None:
-        # the marginal sd of AR(1) noise from n points is worth n (1 - phi**2) / (1 + phi**2) independent ones;
-        # its innovations about n
-        sd = _pooled(given, noise_runs, sd, n * (1 - phi**2) / (1 + phi**2))
+        sd = _pooled(given, noise_runs, sd, sd_points)
         if innovations is not None:
-            innovations = _pooled(given * math.sqrt(1 - phi**2), noise_runs, innovations, n)
+            innovations = _pooled(given * math.sqrt(1 - phi**2), noise_runs, innovations, points)
         points += noise_runs - 1
     # an estimated sd is itself uncertain, the more so on short or autocorrelated histories: pad it so that
     # those do not over-alarm (most AR(1) false alarms came from the first 50 points without it)
     padding = 1 + LATEST_SD_PADDING / points
     # innovations of 0 (residuals that all tie: a run of equal values before the tail) divided every z by 0: the
     # innovations then follow from the sd, as when they are not estimated
-    return Noise(max(sd * padding, floor), phi, innovations * padding if innovations else None, skew)
+    return Noise(max(sd * padding, floor), phi, innovations * padding if innovations else None, skew, pooled)
 
 
 def _given_sd(x: np.ndarray, noise_sd: float | None, noise_cv: float | None) -> float | None:
