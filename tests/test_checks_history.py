@@ -703,3 +703,14 @@ def test_a_pooled_check_says_so_and_raises_no_more_false_alarms_on_alike_series(
     change = detect_latest(step, worse="up", noise_pool=pool)
     assert change is not None and change.index == 114
     assert "pooled with the 21 series of this metric on this runner" in change.rule
+
+
+def test_a_given_exact_sd_is_kept_and_only_phi_is_pooled():
+    from modelci.checks.history import pool_noise
+
+    runner = [ar1(120, seed=700 + i) for i in range(10)]
+    runner[0][-6:] += 0.3
+    pool = pool_noise(runner)
+    change = detect_latest(runner[0], worse="up", noise_sd=0.03, noise_pool=pool)
+    assert change is not None and change.noise_sd == pytest.approx(0.03)
+    assert "phi pooled with the 10 series" in change.rule

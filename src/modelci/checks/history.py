@@ -611,8 +611,9 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
                   f"points before the tail, phi from them")
     else:
         source = f"sd {'given' if given else 'estimated'}, phi from the {before_tail} points before the tail"
-    if noise.pooled:
-        source += f", both pooled with the {noise.pooled} series of this metric on this runner"
+    if noise.pooled:  # a given exact sd is kept: only phi is pooled then
+        pooled = "phi" if given and not measured else "both"
+        source += f", {pooled} pooled with the {noise.pooled} series of this metric on this runner"
     skew = f", skewness {noise.skew:.2f}" if noise.skew else ""
     sd = f"noise sd {noise.sd:.3g}, phi {noise.phi:.2f}{skew}; " if not (short and (not given or measured)) else ""
     rule = (f"the last {best} points shifted {way} by z={z[k]:.1f} against {against} {m - best} before them "
