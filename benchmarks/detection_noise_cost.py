@@ -172,9 +172,11 @@ def mixed_runner(job: tuple[int, str, bool, int]) -> int:
     return sum(sum(slower for _, slower in detection.history_alarms(values, None, "up")) for values in runner)
 
 
-def measure_mixed(spread: str, pooled: bool, seed: int, workers: int) -> float:
-    """False alarms per 1,000 points over MIXED_RUNNERS runners of kind ``spread``, all points."""
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+def measure_mixed(spread: str, pooled: bool, seed: int, workers: int,
+                  constants: dict[str, float | int] | None = None) -> float:
+    """False alarms per 1,000 points over MIXED_RUNNERS runners of kind ``spread``, all points; ``constants`` of
+    modelci.checks.history set in the workers, as for the other history rows."""
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=("pooled", constants or {})) as pool:
         counts = list(pool.map(mixed_runner, [(r, spread, pooled, seed) for r in range(MIXED_RUNNERS)]))
     return 1000 * sum(counts) / (MIXED_RUNNERS * RUNNER_SERIES * detection.POINTS)
 
@@ -310,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"({MIXED_RUNNERS} runners each; CV 3% times e**u, u uniform in ±spread, phi uniform in the range):",
                   "", "| runner | CV spread | phi | own noise | pooled |", "|---|---:|---|---:|---:|"]
         for spread, (cv_spread, (low, high)) in MIXED.items():
-            own, pooled = (measure_mixed(spread, p, args.seed, args.workers) for p in (False, True))
+            own, pooled = (measure_mixed(spread, p, args.seed, args.workers, constants) for p in (False, True))
             lines.append(f"| {spread} | ±{cv_spread:g} | {low:g}–{high:g} | {own:.2f} | {pooled:.2f} |")
     lines += ["", "The ceiling of a test that estimates the sd (see ``ceiling``): one look at 6 points finds "
               + ", ".join(f"{100 * ceiling(p):.0f}% at penalty {p:g}" for p in (10.0, 10.5, 11.0))

@@ -59,3 +59,12 @@ def test_the_pooled_rows_draw_the_same_series_and_pool_each_point_over_the_runne
     # pooled rows draw the very series, in the order, that the others do
     alone = [cost.one_series((i, 2, detection.SEED, "estimated")) for i in range(2)]
     assert [r[1:] for r in cost.one_runner((0, 2, detection.SEED))] == [r[1:] for r in alone]
+
+
+def test_the_mixed_runners_take_the_constants_given(monkeypatch):
+    # `--constant NAME=VALUE` must reach the workers of the mixed-runner table too, as it does the history rows':
+    # a MAX_TAIL below the tail the check is asked for is refused there, so the constant arrived
+    monkeypatch.setattr(cost, "MIXED_RUNNERS", 1)
+    monkeypatch.setattr(cost, "RUNNER_SERIES", 1)
+    with pytest.raises(ValueError, match="tail must be between"):
+        cost.measure_mixed("wide", False, detection.SEED, 1, {"MAX_TAIL": 2})
