@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -714,3 +715,26 @@ def test_a_given_exact_sd_is_kept_and_only_phi_is_pooled():
     change = detect_latest(runner[0], worse="up", noise_sd=0.03, noise_pool=pool)
     assert change is not None and change.noise_sd == pytest.approx(0.03)
     assert "phi pooled with the 10 series" in change.rule
+
+
+def test_the_alarm_step_estimates_each_pooled_series_noise_once(monkeypatch):
+    from modelci.checks import history
+
+    runner = [ar1(60, seed=800 + i) for i in range(10)]
+    runner[3][-6:] += 0.2
+    pool = history.pool_noise(runner)
+    afresh = dataclasses.replace(pool, known={})
+    expected = [history._noise_for(values[:-6], None, None, 3, pool=afresh) for values in runner]
+    estimated = []
+    real = history.estimate_noise
+    monkeypatch.setattr(history, "estimate_noise", lambda x, **kw: estimated.append(len(x)) or real(x, **kw))
+    pooled = [detect_latest(values, worse="up", noise_pool=pool) for values in runner]
+    # the pool holds the estimates of the 54 points before each tail; only the step's walk back over earlier runs
+    # (which finds where the change was first seen) estimates anew
+    assert 54 not in estimated and len(estimated) <= 8
+    assert [history._noise_for(values[:-6], None, None, 3, pool=pool) for values in runner] == expected
+    assert pooled[3] is not None and pooled[3].index == 54
+    # a series the pool was not built from is estimated as before
+    estimated.clear()
+    detect_latest(ar1(60, seed=900), worse="up", noise_pool=pool)
+    assert estimated == [54]

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -284,6 +284,15 @@ class NoisePool:
     phi_error: float
     phi_spread: float
     series: int
+    #: the terms of the series the pool was built from, by their points: detect_latest looks a series' own up
+    #: here rather than estimate it again (the estimate is most of the alarm step's time)
+    known: Mapping[tuple[bytes, int], _PoolTerms] = field(default_factory=dict, compare=False, repr=False)
+
+    def terms(self, x: np.ndarray, min_size: int) -> _PoolTerms | None:
+        """The pool's terms of the points ``x`` before a tail (``_pool_terms``), estimated only when the pool
+        was not built from them."""
+        key = (x[-NOISE_WINDOW:].tobytes(), min_size)
+        return self.known[key] if key in self.known else _pool_terms(x, min_size)
 
     def shrunk(self, terms: _PoolTerms) -> tuple[float, float, float, float]:
         """(log cv, its variance, phi, its variance) of one series whose own estimates are ``terms``."""
@@ -333,13 +342,20 @@ def pool_noise(histories: Sequence[Sequence[float]], *, tail: int = MAX_TAIL, mi
 
     The series' spread is estimated by DerSimonian and Laird's moment estimator: what the series scatter about
     their mean beyond what their own estimates' errors explain."""
-    terms = [t for t in (_pool_terms(_as_series(h)[:-tail], min_size) for h in histories if len(h) > tail)
-             if t is not None]
+    known: dict[tuple[bytes, int], _PoolTerms] = {}
+    terms = []
+    for history in histories:
+        if len(history) > tail:
+            x = _as_series(history)[:-tail][-NOISE_WINDOW:]
+            found = _pool_terms(x, min_size)
+            if found is not None:
+                known[(x.tobytes(), min_size)] = found
+                terms.append(found)
     if len(terms) < POOL_MIN_SERIES:
         return None
     log_cv = _random_effects([t.log_cv for t in terms], [t.log_cv_variance for t in terms])
     phi = _random_effects([t.phi for t in terms], [t.phi_variance for t in terms])
-    return NoisePool(*log_cv, *phi, len(terms))
+    return NoisePool(*log_cv, *phi, len(terms), known)
 
 
 def _random_effects(values: Sequence[float], variances: Sequence[float]) -> tuple[float, float, float]:
@@ -1036,7 +1052,7 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
     the shrunk estimate's variance says."""
     if len(x) < 3:
         return Noise(0.0, 0.0)
-    terms = _pool_terms(x, min_size) if pool is not None else None
+    terms = pool.terms(x, min_size) if pool is not None else None
     estimate = terms.estimate if terms is not None else estimate_noise(x, min_size=min_size)
     phi = estimate.phi if len(x) >= MIN_POINTS_FOR_ESTIMATE else 0.0
     floor = 1e-9 * max(abs(float(np.median(x))), 1e-12)  # an exactly repeatable metric (bytes) has sd 0
