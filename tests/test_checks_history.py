@@ -680,6 +680,7 @@ def test_no_pool_from_too_few_or_too_short_series():
     from modelci.checks.history import POOL_MIN_SERIES, pool_noise
 
     assert pool_noise([ar1(100, seed=i) for i in range(POOL_MIN_SERIES - 1)]) is None
+    assert pool_noise([ar1(100, seed=1)]) is None  # one series: no others to judge whether it fits
     assert pool_noise([ar1(25, seed=i) for i in range(20)]) is None  # 19 points before the tail: too few
     # a series at 0 (a counter that never moved) has no scale to pool, and does not count
     flat = [np.zeros(100)] * 5 + [ar1(100, seed=i) for i in range(POOL_MIN_SERIES - 1)]
@@ -738,3 +739,59 @@ def test_the_alarm_step_estimates_each_pooled_series_noise_once(monkeypatch):
     estimated.clear()
     detect_latest(ar1(60, seed=900), worse="up", noise_pool=pool)
     assert estimated == [54]
+
+
+def test_a_pooled_noise_is_tested_against_the_pooled_phi_penalty(monkeypatch):
+    from modelci.checks import history
+
+    runner = [ar1(120, seed=700 + i) for i in range(10)]
+    runner[0][-6:] += 0.3
+    pool = history.pool_noise(runner)
+    assert detect_latest(runner[0], worse="up", noise_pool=pool) is not None
+    monkeypatch.setattr(history, "POOLED_PHI_PENALTY", 1000.0)
+    assert detect_latest(runner[0], worse="up", noise_pool=pool) is None
+    # without the pool, or with an exact sd given and only phi pooled, the check keeps PHI_PENALTY
+    assert detect_latest(runner[0], worse="up") is not None
+    assert detect_latest(runner[0], worse="up", noise_sd=0.03, noise_pool=pool) is not None
+
+
+def test_a_series_far_noisier_than_the_pool_keeps_its_own_noise():
+    from modelci.checks.history import _noise_for, pool_noise
+
+    # one workload 2.5 times as noisy as the runner's other 19: with it in, the spread it adds let it pass as one
+    # of them, and its sd was shrunk to about 1.2 times theirs
+    runner = [ar1(120, seed=1000 + i) for i in range(19)] + [ar1(120, seed=1100, cv=0.075)]
+    pool = pool_noise(runner)
+    assert pool is not None and pool.series == 19
+    odd = runner[-1][:-6]
+    own, pooled = _noise_for(odd, None, None, 3), _noise_for(odd, None, None, 3, pool=pool)
+    assert pooled == own and pooled.pooled == 0
+    assert all(_noise_for(v[:-6], None, None, 3, pool=pool).pooled == 19 for v in runner[:-1])
+
+
+def _short_step(seed: int, cv: float = 0.01) -> np.ndarray:
+    """A new workload's 20 points of iid noise at 100, a 3-sigma step up in its last 6."""
+    values = 100 * (1 + cv * np.random.default_rng(seed).standard_normal(20))
+    values[-6:] += 300 * cv
+    return values
+
+
+def test_a_new_workload_takes_the_runners_pooled_noise_as_a_prior():
+    from modelci.checks.history import pool_noise
+
+    rng = np.random.default_rng(1200)
+    pool = pool_noise([100 * (1 + 0.01 * rng.standard_normal(60)) for _ in range(20)])
+    steps = [_short_step(1300 + i) for i in range(20)]
+    own = sum(detect_latest(v, worse="up") is not None for v in steps)
+    found = [detect_latest(v, worse="up", noise_pool=pool) for v in steps]
+    # its own 14 points say little of its noise: a t test on them finds few 3-sigma steps, the pool's many
+    assert sum(c is not None for c in found) >= own + 6
+    assert all("pooled with the noise of the 20 series" in c.rule for c in found if c is not None)
+    flat = [100 * (1 + 0.01 * np.random.default_rng(1400 + i).standard_normal(20)) for i in range(20)]
+    assert sum(detect_latest(v, worse="up", noise_pool=pool) is not None for v in flat) <= 1
+    # a new workload three times as noisy as the runner's others does not take their noise
+    noisy = [_short_step(1300 + i, cv=0.03) for i in range(20)]
+    for values in noisy:
+        with_pool, alone = detect_latest(values, worse="up", noise_pool=pool), detect_latest(values, worse="up")
+        assert (with_pool is None) == (alone is None)
+        assert with_pool is None or "pooled" not in with_pool.rule

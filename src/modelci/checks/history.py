@@ -15,8 +15,9 @@ trend before the tail (a drift that goes on is no change; a step on top of it is
 the same noise. With 20 points before the tail the noise comes from those points; on a shorter history (from 8
 points) from the residuals about the history's own segments, where a step is a segment and not noise, with a
 threshold that covers the autocorrelation it cannot estimate. The series of one metric on one runner may pool
-their noise (``pool_noise``): each one's estimate is shrunk toward their mean as far as they are alike. The
-method and the figures that set its constants are in docs/detection.md (made by benchmarks/detection.py).
+their noise (``pool_noise``): each one's estimate is shrunk toward their mean as far as they are alike, and a
+new one's short history takes the pool's noise as a prior. The method and the figures that set its constants
+are in docs/detection.md (made by benchmarks/detection.py).
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ BOTH_WAYS = 2.5
 #: crosses the threshold at more starting points, and phi and the sd are looser estimates there (with phi = 0.5
 #: and the noise known, the same threshold gives 1.2-1.7 times the false alarms of iid noise)
 PHI_PENALTY = 5.0
+#: in place of PHI_PENALTY when the sd and phi are pooled over the runner's series (``pool_noise``): part of
+#: PHI_PENALTY pays for the errors of one series' own sd and phi, which are larger the larger phi is, and a pool
+#: of 20 series knows them within 2-4% and 0.02-0.05. Calibrated as LATEST_PENALTY is, for <= 1 false alarm per
+#: 1,000 runs on every noise kind and on runners whose series differ in their noise (another seed than the one
+#: reported; benchmarks/detection_noise_cost.py, docs/detection.md)
+POOLED_PHI_PENALTY = 3.0
 #: detect_latest: PELT over flat and straight segments finds the older change points of the window with penalty
 #: sd**2 * long-run AR(1) variance factor * SEGMENT_PENALTY; the tail is tested against the points since the
 #: last of them
@@ -145,6 +152,12 @@ POOL_MIN_SERIES = 8
 #: phi with variance (1 - phi**2) / (n - POOL_POINTS_LOSS): what the estimates of 300 A/A AR(1) series of the
 #: benchmark scattered by at 20 to 200 points (within 10% at 30 points and more, docs/detection.md)
 POOL_POINTS_LOSS = 5
+#: a series whose own log sd (or phi) lies more than this many sds from the pool's mean (its own error, the
+#: series' spread and the mean's error together) is not one of the pool's, and keeps its own noise: one workload
+#: 2.5 times as noisy as the runner's other 19 was shrunk to 1.2 times their noise and alarmed 5 times as often
+#: as on its own; one 1.5 times as noisy, which its first 20-50 points cannot tell apart, still twice as often
+#: (docs/detection.md). About 1 series in 185 that is one of the pool's keeps its own (two tests, 1 in 370 each)
+POOL_MISFIT = 3.0
 
 
 @dataclass(frozen=True)
@@ -294,8 +307,28 @@ class NoisePool:
         key = (x[-NOISE_WINDOW:].tobytes(), min_size)
         return self.known[key] if key in self.known else _pool_terms(x, min_size)
 
-    def shrunk(self, terms: _PoolTerms) -> tuple[float, float, float, float]:
-        """(log cv, its variance, phi, its variance) of one series whose own estimates are ``terms``."""
+    def prior(self, x: np.ndarray, sd: float, freedom: float) -> tuple[float, float] | None:
+        """What the pool says of the noise of a series too short to be in it (``x``: its points before the tail;
+        ``sd``: its own rough sd, worth ``freedom`` degrees of freedom): the variance of one point at its level,
+        and the degrees of freedom of a sample variance as uncertain (the spread of the series' log sds about the
+        pool's, and the error of the pool's own). None without a level to scale the pool's CV by, or when the
+        series' own sd does not fit the pool (a new workload far noisier than the runner's others)."""
+        level = abs(float(np.median(x))) if len(x) else 0.0
+        if level == 0.0:
+            return None
+        phi = min(max(self.phi, 0.0), MAX_PHI)
+        innovations = level * math.exp(self.log_cv)
+        own = math.log(sd * math.sqrt(1 - phi**2) / level) if sd > 0.0 else -math.inf
+        if not _fits(own, 1 / (2 * max(freedom, 1.0)), self.log_cv, self.log_cv_error, self.log_cv_spread):
+            return None
+        return innovations**2 / (1 - phi**2), 1 / (2 * (self.log_cv_spread + self.log_cv_error))
+
+    def shrunk(self, terms: _PoolTerms) -> tuple[float, float, float, float] | None:
+        """(log cv, its variance, phi, its variance) of one series whose own estimates are ``terms``; None when
+        it does not fit the pool (``_fits``), and keeps its own noise."""
+        if not (_fits(terms.log_cv, terms.log_cv_variance, self.log_cv, self.log_cv_error, self.log_cv_spread)
+                and _fits(terms.phi, terms.phi_variance, self.phi, self.phi_error, self.phi_spread)):
+            return None
         log_cv, cv_variance = _shrink(terms.log_cv, terms.log_cv_variance, self.log_cv, self.log_cv_error,
                                       self.log_cv_spread)
         phi, phi_variance = _shrink(terms.phi, terms.phi_variance, self.phi, self.phi_error, self.phi_spread)
@@ -353,9 +386,30 @@ def pool_noise(histories: Sequence[Sequence[float]], *, tail: int = MAX_TAIL, mi
                 terms.append(found)
     if len(terms) < POOL_MIN_SERIES:
         return None
+    # a series that does not fit the others (POOL_MISFIT) is left out of the pool: judged with itself in, a much
+    # noisier one widens the spread by enough to pass
+    terms = [t for i, t in enumerate(terms) if _fits_others(t, terms[:i] + terms[i + 1:])]
+    if len(terms) < POOL_MIN_SERIES:
+        return None
     log_cv = _random_effects([t.log_cv for t in terms], [t.log_cv_variance for t in terms])
     phi = _random_effects([t.phi for t in terms], [t.phi_variance for t in terms])
     return NoisePool(*log_cv, *phi, len(terms), known)
+
+
+def _fits_others(terms: _PoolTerms, others: Sequence[_PoolTerms]) -> bool:
+    """Whether a series' log cv and phi each fit the random-effects mean of ``others`` (``_fits``)."""
+    for own, variance, part in ((terms.log_cv, terms.log_cv_variance, "log_cv"),
+                                (terms.phi, terms.phi_variance, "phi")):
+        mean = _random_effects([getattr(t, part) for t in others], [getattr(t, f"{part}_variance") for t in others])
+        if not _fits(own, variance, *mean):
+            return False
+    return True
+
+
+def _fits(own: float, variance: float, mean: float, error: float, spread: float) -> bool:
+    """Whether a series' own estimate (of a log cv or a phi, with that sampling variance) may be one of a pool's
+    whose mean has that error and whose series that spread: within POOL_MISFIT sds of the mean."""
+    return abs(own - mean) <= POOL_MISFIT * math.sqrt(variance + spread + error)
 
 
 def _random_effects(values: Sequence[float], variances: Sequence[float]) -> tuple[float, float, float]:
@@ -460,7 +514,9 @@ def detect_latest(
     MIN_POINTS_ONLINE points) is tested against a stricter threshold (SHORT_PENALTY). On a trend the levels of
     the change are the trend's fitted value at it and that plus the shift. ``noise_runs``: as in detect_changes.
     ``noise_pool`` (``pool_noise`` of the runner's series of this metric, this one included): the sd and phi
-    estimated from the points before the tail are shrunk toward the pool's, as far as the series are alike.
+    estimated from the points before the tail are shrunk toward the pool's, as far as the series are alike; on a
+    short history the pool's noise at the series' level is a prior sample of its noise. A series that does not
+    fit the pool (POOL_MISFIT) keeps its own.
     """
     _check_runs(noise_runs)
     if not min_size <= tail <= MAX_TAIL:
@@ -583,16 +639,25 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
     # on a short history with no noise given, each shift is judged against the residuals of its own fit (a t
     # test, turned into the normal z of the same p-value): the step is in the model, so it cannot inflate them.
     # A noise measured from a few runs joins those residuals as a prior sample of the same noise
-    prior = None
+    prior: tuple[float, float] | None = None
     if short and measured:
         prior = ((_given_sd(x, settings.noise_sd, settings.noise_cv) or 0.0) ** 2, settings.noise_runs - 1)
+    elif short and not given and settings.pool is not None:
+        # a new workload on a runner whose series pool their noise: the pool's CV at this series' level is a
+        # prior sample of its noise, worth as many degrees of freedom as the series' spread about it allows
+        # (many when they are alike, a few when they are far apart)
+        prior = settings.pool.prior(x[:-tail], noise.sd, n_all - 2 * min_size)
     z, beta, shape = _shift_fit(cleaned[begin:], tails, noise, trend, studentise=short and (not given or measured),
                                 prior=prior)
     z = {"up": z, "down": -z, "both": np.abs(z)}[settings.worse]
+    # a noise pooled over the runner's series is known better than one series' own estimate, and its phi needs
+    # less of the margin for errors; a given exact sd with only phi pooled keeps the margin it was tuned with
+    both_pooled = noise.pooled > 0 and not (given and not measured)
     # a change seen in fewer points must be larger: the false alarms saved there pay for a lower threshold at
     # the full tail, where the small steps are found
     threshold = (
-        (SHORT_PENALTY if short else LATEST_PENALTY) + PHI_PENALTY * noise.phi + SHORT_TAIL * (tail - tails)
+        (SHORT_PENALTY if short else LATEST_PENALTY) + (POOLED_PHI_PENALTY if both_pooled else PHI_PENALTY) * noise.phi
+        + SHORT_TAIL * (tail - tails)
         + (BOTH_WAYS if settings.worse == "both" else 0.0)
     )
     threshold = _skewed(threshold, noise.skew * shape, settings.worse)
@@ -615,7 +680,10 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
     way = {"up": "up", "down": "down", "both": "either way"}[settings.worse]
     against = "the trend of" if trend else "the"
     before_tail = min(n_all - tail, NOISE_WINDOW)
-    if short and not given:
+    if short and not given and prior is not None and settings.pool is not None:
+        source = (f"a short history: z from a t test on the residuals of this fit over {m} points pooled with the "
+                  f"noise of the {settings.pool.series} series of this metric on this runner")
+    elif short and not given:
         source = f"a short history: z from a t test on the residuals of this fit over {m} points"
     elif short and measured:
         source = (f"a short history: z from a t test on the residuals of this fit over {m} points pooled with the "
@@ -628,7 +696,7 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
     else:
         source = f"sd {'given' if given else 'estimated'}, phi from the {before_tail} points before the tail"
     if noise.pooled:  # a given exact sd is kept: only phi is pooled then
-        pooled = "phi" if given and not measured else "both"
+        pooled = "both" if both_pooled else "phi"
         source += f", {pooled} pooled with the {noise.pooled} series of this metric on this runner"
     skew = f", skewness {noise.skew:.2f}" if noise.skew else ""
     sd = f"noise sd {noise.sd:.3g}, phi {noise.phi:.2f}{skew}; " if not (short and (not given or measured)) else ""
@@ -669,7 +737,7 @@ def _shift_z(segment: np.ndarray, tails: np.ndarray, noise: Noise) -> np.ndarray
 
 
 def _shift_fit(segment: np.ndarray, tails: np.ndarray, noise: Noise, trend: bool,
-               studentise: bool = False, prior: tuple[float, int] | None = None,
+               studentise: bool = False, prior: tuple[float, float] | None = None,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The z of a shift of the last k points of ``segment``, for each k in ``tails``, the fitted (level at the
     middle, slope per unit of scaled time, shift) of each, and the skewness of each shift's estimate per unit of
@@ -1064,8 +1132,9 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
     # the marginal sd of AR(1) noise from n points is worth n (1 - phi**2) / (1 + phi**2) independent ones; its
     # innovations about n
     sd_points = n * (1 - phi**2) / (1 + phi**2)
-    if terms is not None and pool is not None:
-        log_cv, cv_variance, phi, _ = pool.shrunk(terms)
+    shrunk = pool.shrunk(terms) if terms is not None and pool is not None else None
+    if terms is not None and pool is not None and shrunk is not None:
+        log_cv, cv_variance, phi, _ = shrunk
         phi = min(max(phi, 0.0), MAX_PHI)
         innovations = terms.level * math.exp(log_cv)
         sd = innovations / math.sqrt(1 - phi**2)
