@@ -517,19 +517,21 @@ def evaluate_real(job: tuple[str, np.random.SeedSequence, dict[str, float | int]
     return kind, row
 
 
-def online_alarms(values: np.ndarray, noise_cv: float | None = None,
-                  noise_runs: int | None = None) -> list[tuple[int, int]]:
+def online_alarms(values: np.ndarray, noise_cv: float | None = None, noise_runs: int | None = None,
+                  pool: history.NoisePool | None = None) -> list[tuple[int, int]]:
     """(point, change index) of each alarm ``detect_latest`` raises both ways after each point of a series, an
     alarm about the index of the one before it counted once (alarms persist until resolved)."""
     alarms: list[tuple[int, int]] = []
     for t in range(len(values)):
         change = history.detect_latest(values[: t + 1], noise_cv=noise_cv, noise_runs=noise_runs, window=WINDOW,
-                                       worse="both")
+                                       worse="both", noise_pool=pool)
         if change is not None and (not alarms or change.index != alarms[-1][1]):
             alarms.append((t, change.index))
     return alarms
 
 
+#: online, a new workload's short history is also checked with the noise pool of this many other workloads
+RUNNER_OTHERS = 20
 #: offline, the 3-sigma step in 20 points is scored on this many series (6 s): 100 are good to about ±4 points
 #: around the 80% of the target, 1,000 to about ±1.3
 SHORT_OFFLINE_SERIES = 1000
@@ -548,7 +550,7 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
     SHORT_OFFLINE_SERIES series); online (on ``series``), the same step found within 5 points, and the alarms on
     flat and AR(1) series of 26 points (the short-history test runs until 20 points precede the tail), with the
     noise estimated, with it calibrated from CALIBRATION_RUNS and from 4 times as many runs (the check told so),
-    and with it exact."""
+    with it exact, and with it pooled over RUNNER_OTHERS other workloads of the same noise."""
     rng = np.random.default_rng(seed)
     found = false = 0
     for _ in range(SHORT_OFFLINE_SERIES):
@@ -565,19 +567,25 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
     # the series are around 100 with noise of sd 1: noise_cv 0.01 is the CV a calibration measures, give or take
     # its own error (a sample sd from CALIBRATION_RUNS runs)
     more = 4 * CALIBRATION_RUNS
-    tallies = {"estimated": [0, 0, 0], "measured": [0, 0, 0], "more": [0, 0, 0], "exact": [0, 0, 0]}
+    runners = np.random.default_rng([seed, 3])  # the other workloads of the new one's runner, apart as well
+    tallies = {"estimated": [0, 0, 0], "measured": [0, 0, 0], "more": [0, 0, 0], "exact": [0, 0, 0],
+               "pooled": [0, 0, 0]}
     for _ in range(series):  # each tally: steps found, alarms on flat series, alarms on AR(1) series
         values, at = _short_step(rng)
         flat, autocorrelated = 100 + rng.standard_normal(26), 100 + _noise("ar1", 26, rng)
         measured = measured_cv(0.01, CALIBRATION_RUNS, calibration)
         measured_more = measured_cv(0.01, more, calibration)
+        # a new workload on a runner whose RUNNER_OTHERS other workloads have 60 points each, of the same noise
+        pools = [history.pool_noise([100 + _noise(kind, 60, runners) for _ in range(RUNNER_OTHERS)])
+                 for kind in ("iid", "ar1")]
         for name, noise_cv, runs in (("estimated", None, None), ("measured", measured, CALIBRATION_RUNS),
-                                     ("more", measured_more, more), ("exact", 0.01, None)):
+                                     ("more", measured_more, more), ("exact", 0.01, None), ("pooled", None, None)):
             tally = tallies[name]
+            iid, ar1 = pools if name == "pooled" else (None, None)
             tally[0] += any(at <= t <= at + FOUND_WITHIN and abs(index - at) <= LOCATED_WITHIN
-                            for t, index in online_alarms(values, noise_cv, runs))
-            tally[1] += len(online_alarms(flat, noise_cv, runs))
-            tally[2] += len(online_alarms(autocorrelated, noise_cv, runs))
+                            for t, index in online_alarms(values, noise_cv, runs, iid))
+            tally[1] += len(online_alarms(flat, noise_cv, runs, iid))
+            tally[2] += len(online_alarms(autocorrelated, noise_cv, runs, ar1))
 
     def figures(tally: list[int]) -> str:
         found, flat, ar1 = tally
@@ -592,7 +600,9 @@ def short_steps(series: int, seed: int, online: bool = True) -> str:
                    f"{CALIBRATION_RUNS} runs measure it, `noise_runs` {CALIBRATION_RUNS}; φ unknown): "
                    f"{figures(tallies['measured'])}. From {more} runs (`modelci calibrate --runs {more}`): "
                    f"{figures(tallies['more'])}. Were the calibration exact (`noise_cv` 0.01 itself, no "
-                   f"`noise_runs`): {figures(tallies['exact'])}.")
+                   f"`noise_runs`): {figures(tallies['exact'])}. A new workload on a runner whose "
+                   f"{RUNNER_OTHERS} other workloads have 60 points of the same noise (`noise_pool`, iid or AR(1) "
+                   f"as the series): {figures(tallies['pooled'])}.")
 
 
 def run_real(series: int, workers: int, constants: dict[str, float | int], seed: int, online: bool = True) -> str:

@@ -27,7 +27,9 @@ series of detection.py (its AR(1) kind, its seed):
   as they stand at that point (the A/A series with the A/A series, the step series with the step series, each
   step at its own point);
 - and, as false alarms only, runners whose series do not share their noise (MIXED: each series' CV and phi drawn
-  apart), with and without the pool: what pooling costs when its premise fails.
+  apart), with and without the pool: what pooling costs when its premise fails; and pooled runners of each of
+  detection.py's noise kinds (outliers, bimodal and skewed noise as well as AR(1)), since a pooled check has its
+  own, lower threshold (history.POOLED_PHI_PENALTY).
 
 Each row: the A/A false alarms per 1,000 points (one-sided, "slower") and the 5% steps found within 5 points.
 """
@@ -68,6 +70,8 @@ RUNNER_SERIES = 20
 #: where the spread is the hardest to tell from none
 MIXED = {"wide": (0.7, (0.0, 0.8)), "mild": (0.2, (0.35, 0.65))}
 MIXED_RUNNERS = 10
+#: runners of each of detection.py's noise kinds for the pooled check's false alarms (20 series of 200 points each)
+KIND_RUNNERS = 20
 #: what `modelci calibrate` measures and the alarm step passes: the sd given as a CV (from
 #: detection.CALIBRATION_RUNS runs, so give or take a sample sd's error), phi still estimated
 CALIBRATED_CV = detection.CV
@@ -170,6 +174,23 @@ def mixed_runner(job: tuple[int, str, bool, int]) -> int:
     if pooled:
         return sum(len(a) for a in pooled_alarms(runner, [detection.POINTS] * len(runner)))
     return sum(sum(slower for _, slower in detection.history_alarms(values, None, "up")) for values in runner)
+
+
+def kind_runner(job: tuple[int, str, int]) -> int:
+    """The "slower" false alarms on the A/A series of one runner of detection.py's noise kind ``kind``, their noise
+    pooled: whether the pooled check's lower threshold (history.POOLED_PHI_PENALTY) keeps its false alarms down
+    on outliers, bimodal and skewed noise as well as on AR(1)."""
+    r, kind, seed = job
+    rng = np.random.default_rng([seed, r, 100 + detection.NOISE_KINDS.index(kind)])
+    runner = [detection.make_series(kind, 0.0, detection.POINTS, rng)[1] for _ in range(RUNNER_SERIES)]
+    return sum(len(a) for a in pooled_alarms(runner, [detection.POINTS] * len(runner)))
+
+
+def measure_kinds(kind: str, seed: int, workers: int, constants: dict[str, float | int] | None = None) -> float:
+    """False alarms per 1,000 points over KIND_RUNNERS pooled runners of noise kind ``kind``, all points."""
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=("pooled", constants or {})) as pool:
+        counts = list(pool.map(kind_runner, [(r, kind, seed) for r in range(KIND_RUNNERS)]))
+    return 1000 * sum(counts) / (KIND_RUNNERS * RUNNER_SERIES * detection.POINTS)
 
 
 def measure_mixed(spread: str, pooled: bool, seed: int, workers: int,
@@ -314,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         for spread, (cv_spread, (low, high)) in MIXED.items():
             own, pooled = (measure_mixed(spread, p, args.seed, args.workers, constants) for p in (False, True))
             lines.append(f"| {spread} | ±{cv_spread:g} | {low:g}–{high:g} | {own:.2f} | {pooled:.2f} |")
+        lines += ["", f"False alarms / 1,000 A/A points of the pooled check on each noise kind of detection.py "
+                  f"({KIND_RUNNERS} runners of {RUNNER_SERIES} series each, all points, one-sided \"slower\"):", "",
+                  "| " + " | ".join(detection.NOISE_KINDS) + " |", "|" + "---:|" * len(detection.NOISE_KINDS),
+                  "| " + " | ".join(f"{measure_kinds(kind, args.seed, args.workers, constants):.2f}"
+                                    for kind in detection.NOISE_KINDS) + " |"]
     lines += ["", "The ceiling of a test that estimates the sd (see ``ceiling``): one look at 6 points finds "
               + ", ".join(f"{100 * ceiling(p):.0f}% at penalty {p:g}" for p in (10.0, 10.5, 11.0))
               + " of what the same look finds with the sd known."]

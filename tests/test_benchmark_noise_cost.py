@@ -61,10 +61,29 @@ def test_the_pooled_rows_draw_the_same_series_and_pool_each_point_over_the_runne
     assert [r[1:] for r in cost.one_runner((0, 2, detection.SEED))] == [r[1:] for r in alone]
 
 
-def test_the_mixed_runners_take_the_constants_given(monkeypatch):
-    # `--constant NAME=VALUE` must reach the workers of the mixed-runner table too, as it does the history rows':
-    # a MAX_TAIL below the tail the check is asked for is refused there, so the constant arrived
+@pytest.mark.parametrize("table", ["mixed", "kinds"])
+def test_the_false_alarm_tables_take_the_constants_given(monkeypatch, table):
+    # `--constant NAME=VALUE` must reach the workers of the mixed-runner and noise-kind tables too, as it does the
+    # history rows': a MAX_TAIL below the tail the check is asked for is refused there, so the constant arrived
     monkeypatch.setattr(cost, "MIXED_RUNNERS", 1)
+    monkeypatch.setattr(cost, "KIND_RUNNERS", 1)
     monkeypatch.setattr(cost, "RUNNER_SERIES", 1)
     with pytest.raises(ValueError, match="tail must be between"):
-        cost.measure_mixed("wide", False, detection.SEED, 1, {"MAX_TAIL": 2})
+        if table == "mixed":
+            cost.measure_mixed("wide", False, detection.SEED, 1, {"MAX_TAIL": 2})
+        else:
+            cost.measure_kinds("outliers", detection.SEED, 1, {"MAX_TAIL": 2})
+
+
+def test_the_noise_kind_runners_are_the_kinds_series_pooled(monkeypatch):
+    # each runner's series are drawn as detection.py draws that kind (outliers here: their 30-50% slow runs), and
+    # judged together by pooled_alarms (tested above), whose alarms are counted
+    judged = []
+    monkeypatch.setattr(cost, "pooled_alarms", lambda runner, stops: judged.append((runner, stops)) or [[7], [], [9]])
+    assert cost.kind_runner((2, "outliers", 3)) == 2
+    rng = np.random.default_rng([3, 2, 100 + detection.NOISE_KINDS.index("outliers")])
+    expected = [detection.make_series("outliers", 0.0, detection.POINTS, rng)[1] for _ in range(cost.RUNNER_SERIES)]
+    (runner, stops), = judged
+    assert len(runner) == cost.RUNNER_SERIES and stops == [detection.POINTS] * cost.RUNNER_SERIES
+    assert all(np.array_equal(a, b) for a, b in zip(runner, expected))
+    assert max(float(np.max(v)) for v in runner) > 1.25  # the kind's outliers are there
