@@ -769,6 +769,34 @@ def test_a_series_far_noisier_than_the_pool_keeps_its_own_noise():
     assert all(_noise_for(v[:-6], None, None, 3, pool=pool).pooled == 19 for v in runner[:-1])
 
 
+def test_each_series_is_judged_against_all_the_others_at_once():
+    from modelci.checks.history import _fits, _fits_the_others, _random_effects
+
+    rng = np.random.default_rng(1500)
+    for n in (3, 8, 40):
+        variances = rng.uniform(0.001, 0.02, n)
+        values = rng.normal(-3.5, 0.05, n) + rng.normal(0, np.sqrt(variances))
+        values[0] += 0.6  # far off the others
+        expected = [_fits(values[i], variances[i], *_random_effects(np.delete(values, i), np.delete(variances, i)))
+                    for i in range(n)]
+        assert list(_fits_the_others(values, variances)) == expected
+        assert not expected[0] and sum(expected) >= n - 2
+
+
+def test_a_misfit_keeps_its_own_noise_as_the_pool_decided():
+    from modelci.checks.history import _noise_for, pool_noise
+
+    runner = [ar1(120, seed=1000 + i) for i in range(19)] + [ar1(120, seed=1100, cv=0.075)]
+    pool = pool_noise(runner)
+    odd = runner[-1][:-6]
+    assert len(pool.misfits) == 1
+    # judged afresh against the pool it was left out of, the odd one would be shrunk by a pool made wide enough
+    # to take it: the decision made where the pool was built holds
+    wide = dataclasses.replace(pool, log_cv_spread=1.0, phi_spread=1.0)
+    assert _noise_for(odd, None, None, 3, pool=wide).pooled == 0
+    assert _noise_for(odd, None, None, 3, pool=dataclasses.replace(wide, misfits=frozenset())).pooled == 19
+
+
 def _short_step(seed: int, cv: float = 0.01) -> np.ndarray:
     """A new workload's 20 points of iid noise at 100, a 3-sigma step up in its last 6."""
     values = 100 * (1 + cv * np.random.default_rng(seed).standard_normal(20))

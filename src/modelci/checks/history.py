@@ -300,12 +300,22 @@ class NoisePool:
     #: the terms of the series the pool was built from, by their points: detect_latest looks a series' own up
     #: here rather than estimate it again (the estimate is most of the alarm step's time)
     known: Mapping[tuple[bytes, int], _PoolTerms] = field(default_factory=dict, compare=False, repr=False)
+    #: the keys in ``known`` of the series left out of the pool as misfits: they keep their own noise, decided
+    #: once where the pool was built (judged against the others), not again against a pool without them, where
+    #: a borderline one could pass
+    misfits: frozenset[tuple[bytes, int]] = field(default_factory=frozenset, compare=False, repr=False)
 
-    def terms(self, x: np.ndarray, min_size: int) -> _PoolTerms | None:
-        """The pool's terms of the points ``x`` before a tail (``_pool_terms``), estimated only when the pool
-        was not built from them."""
+    def own(self, x: np.ndarray, min_size: int
+            ) -> tuple[_PoolTerms | None, tuple[float, float, float, float] | None]:
+        """The pool's terms of the points ``x`` before a tail (``_pool_terms``; estimated only when the pool was
+        not built from them) and the series' noise shrunk toward the pool's (``shrunk``; None when the series
+        does not fit the pool and keeps its own)."""
         key = (x[-NOISE_WINDOW:].tobytes(), min_size)
-        return self.known[key] if key in self.known else _pool_terms(x, min_size)
+        if key in self.known:
+            terms = self.known[key]
+            return terms, None if key in self.misfits else self._shrink(terms)
+        terms = _pool_terms(x, min_size)
+        return terms, self.shrunk(terms) if terms is not None else None
 
     def prior(self, x: np.ndarray, sd: float, freedom: float) -> tuple[float, float] | None:
         """What the pool says of the noise of a series too short to be in it (``x``: its points before the tail;
@@ -324,11 +334,14 @@ class NoisePool:
         return innovations**2 / (1 - phi**2), 1 / (2 * (self.log_cv_spread + self.log_cv_error))
 
     def shrunk(self, terms: _PoolTerms) -> tuple[float, float, float, float] | None:
-        """(log cv, its variance, phi, its variance) of one series whose own estimates are ``terms``; None when
-        it does not fit the pool (``_fits``), and keeps its own noise."""
+        """(log cv, its variance, phi, its variance) of one series the pool was not built from, whose own
+        estimates are ``terms``; None when it does not fit the pool (``_fits``), and keeps its own noise."""
         if not (_fits(terms.log_cv, terms.log_cv_variance, self.log_cv, self.log_cv_error, self.log_cv_spread)
                 and _fits(terms.phi, terms.phi_variance, self.phi, self.phi_error, self.phi_spread)):
             return None
+        return self._shrink(terms)
+
+    def _shrink(self, terms: _PoolTerms) -> tuple[float, float, float, float]:
         log_cv, cv_variance = _shrink(terms.log_cv, terms.log_cv_variance, self.log_cv, self.log_cv_error,
                                       self.log_cv_spread)
         phi, phi_variance = _shrink(terms.phi, terms.phi_variance, self.phi, self.phi_error, self.phi_spread)
@@ -376,34 +389,46 @@ def pool_noise(histories: Sequence[Sequence[float]], *, tail: int = MAX_TAIL, mi
     The series' spread is estimated by DerSimonian and Laird's moment estimator: what the series scatter about
     their mean beyond what their own estimates' errors explain."""
     known: dict[tuple[bytes, int], _PoolTerms] = {}
-    terms = []
     for history in histories:
         if len(history) > tail:
             x = _as_series(history)[:-tail][-NOISE_WINDOW:]
             found = _pool_terms(x, min_size)
             if found is not None:
                 known[(x.tobytes(), min_size)] = found
-                terms.append(found)
-    if len(terms) < POOL_MIN_SERIES:
+    if len(known) < POOL_MIN_SERIES:
         return None
     # a series that does not fit the others (POOL_MISFIT) is left out of the pool: judged with itself in, a much
     # noisier one widens the spread by enough to pass
-    terms = [t for i, t in enumerate(terms) if _fits_others(t, terms[:i] + terms[i + 1:])]
-    if len(terms) < POOL_MIN_SERIES:
+    terms = list(known.values())
+    fits = (_fits_the_others([t.log_cv for t in terms], [t.log_cv_variance for t in terms])
+            & _fits_the_others([t.phi for t in terms], [t.phi_variance for t in terms]))
+    kept = [t for t, fit in zip(terms, fits) if fit]
+    if len(kept) < POOL_MIN_SERIES:
         return None
-    log_cv = _random_effects([t.log_cv for t in terms], [t.log_cv_variance for t in terms])
-    phi = _random_effects([t.phi for t in terms], [t.phi_variance for t in terms])
-    return NoisePool(*log_cv, *phi, len(terms), known)
+    log_cv = _random_effects([t.log_cv for t in kept], [t.log_cv_variance for t in kept])
+    phi = _random_effects([t.phi for t in kept], [t.phi_variance for t in kept])
+    misfits = frozenset(key for key, fit in zip(known, fits) if not fit)
+    return NoisePool(*log_cv, *phi, len(kept), known, misfits)
 
 
-def _fits_others(terms: _PoolTerms, others: Sequence[_PoolTerms]) -> bool:
-    """Whether a series' log cv and phi each fit the random-effects mean of ``others`` (``_fits``)."""
-    for own, variance, part in ((terms.log_cv, terms.log_cv_variance, "log_cv"),
-                                (terms.phi, terms.phi_variance, "phi")):
-        mean = _random_effects([getattr(t, part) for t in others], [getattr(t, f"{part}_variance") for t in others])
-        if not _fits(own, variance, *mean):
-            return False
-    return True
+def _fits_the_others(values: Sequence[float], variances: Sequence[float]) -> np.ndarray:
+    """Whether each estimate fits the random-effects mean of all the others (``_fits`` against
+    ``_random_effects`` of the rest), for all of them at once: the sums of the fixed-effect fit are taken once and
+    each series' own part taken out, so that a pool of N series costs N**2 additions rather than N fits."""
+    x, v = np.asarray(values, dtype=float), np.asarray(variances, dtype=float)
+    w = 1 / v
+    x = x - float(np.sum(w * x) / np.sum(w))  # centred, so that the sums of squares below do not cancel
+    sum_w, sum_wx, sum_wxx, sum_ww = (float(np.sum(t)) - t for t in (w, w * x, w * x * x, w * w))
+    q = sum_wxx - sum_wx**2 / sum_w
+    scale = sum_w - sum_ww / sum_w
+    others = len(x) - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = np.where(scale > 0, np.maximum(0.0, (q - (others - 1)) / scale), 0.0)
+    weights = 1 / (v[None, :] + spread[:, None])
+    np.fill_diagonal(weights, 0.0)
+    total = weights.sum(axis=1)
+    mean, error = weights @ x / total, 1 / total
+    return np.abs(x - mean) <= POOL_MISFIT * np.sqrt(v + spread + error)
 
 
 def _fits(own: float, variance: float, mean: float, error: float, spread: float) -> bool:
@@ -1120,7 +1145,7 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
     the shrunk estimate's variance says."""
     if len(x) < 3:
         return Noise(0.0, 0.0)
-    terms = pool.terms(x, min_size) if pool is not None else None
+    terms, shrunk = pool.own(x, min_size) if pool is not None else (None, None)
     estimate = terms.estimate if terms is not None else estimate_noise(x, min_size=min_size)
     phi = estimate.phi if len(x) >= MIN_POINTS_FOR_ESTIMATE else 0.0
     floor = 1e-9 * max(abs(float(np.median(x))), 1e-12)  # an exactly repeatable metric (bytes) has sd 0
@@ -1132,7 +1157,6 @@ def _noise_for(x: np.ndarray, noise_sd: float | None, noise_cv: float | None, mi
     # the marginal sd of AR(1) noise from n points is worth n (1 - phi**2) / (1 + phi**2) independent ones; its
     # innovations about n
     sd_points = n * (1 - phi**2) / (1 + phi**2)
-    shrunk = pool.shrunk(terms) if terms is not None and pool is not None else None
     if terms is not None and pool is not None and shrunk is not None:
         log_cv, cv_variance, phi, _ = shrunk
         phi = min(max(phi, 0.0), MAX_PHI)
