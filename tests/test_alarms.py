@@ -261,6 +261,31 @@ def test_the_online_check_pools_the_noise_of_a_runners_workloads(history):
     # a runner with fewer series of a metric than history.POOL_MIN_SERIES keeps each series' own noise
     assert changes.noise_pools([s for s in loaded if s.workload in workloads[:7]]) == {}
 
+def test_a_new_workload_on_a_pooled_runner_alarms_on_a_step_its_own_few_points_cannot_show(history):
+    # 8 workloads have run 24 builds; a ninth joins and steps up by 2.5% (about 2.5 sigma) in its 15th point.
+    # Its own 14 points before the step say little of its noise, and a t test on them misses this step; the
+    # runner's pool says the noise is 1%, and the alarm step finds it (of 8 such seeds, 6 found pooled, 4 alone)
+    workloads = [f"suite/W{i}" for i in range(8)]
+    new = "suite/NEW"
+    series = {w: levels(44, 99, 0.0, seed=i) for i, w in enumerate(workloads)}
+    fresh = levels(20, 14, 0.025, seed=41)
+    for i in range(44):
+        results = [timed(w, series[w][i], seed=i, noise=0.005) for w in workloads]
+        if i >= 24:
+            results.append(timed(new, fresh[i - 24], seed=100 + i, noise=0.005))
+        history.run(f"1.0.{i}", results)
+    (alarm,) = lifecycle.list_alarms(history.store)
+    assert (alarm.workload, alarm.check, alarm.numbers["first_target"]) == (new, "history", "fw==1.0.38")
+    assert "pooled with the noise of the 8 series of this metric on this runner" in alarm.message
+    # the same points judged on their own raise nothing
+    loaded = [s for s in changes.load_series(history.store, metric="time.infer")]
+    (alone,) = [s for s in loaded if s.workload == new]
+    assert len(alone.values) == 20
+    policy = changes.calibrated(history.config, history.store)
+    assert changes.latest_changes([alone], policy) == []
+    assert [c.series.workload for c in changes.latest_changes(loaded, policy)] == [new]
+
+
 def test_the_online_check_tests_each_metric_the_way_it_gets_worse():
     from modelci.checks.policy import Policy
 
