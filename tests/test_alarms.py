@@ -261,6 +261,19 @@ def test_the_online_check_pools_the_noise_of_a_runners_workloads(history):
     # a runner with fewer series of a metric than history.POOL_MIN_SERIES keeps each series' own noise
     assert changes.noise_pools([s for s in loaded if s.workload in workloads[:7]]) == {}
 
+def test_a_run_of_a_few_workloads_pools_their_noise_with_the_runners_others(history):
+    # 8 workloads ran 26 builds together; then only one runs (`run -k`), and steps up. Its noise is still pooled
+    # with the 7 it did not run beside this time, as in a run of all of them
+    workloads = [f"suite/W{i}" for i in range(8)]
+    series = {w: levels(30, 26, 0.06 if w == workloads[0] else 0.0, seed=i) for i, w in enumerate(workloads)}
+    for i in range(30):
+        ran = workloads if i < 26 else workloads[:1]
+        history.run(f"1.0.{i}", [timed(w, series[w][i], seed=i, noise=0.005) for w in ran])
+    (alarm,) = lifecycle.list_alarms(history.store)
+    assert (alarm.workload, alarm.numbers["first_target"]) == (workloads[0], "fw==1.0.26")
+    assert "pooled with the 8 series of this metric on this runner" in alarm.message
+
+
 def test_a_new_workload_on_a_pooled_runner_alarms_on_a_step_its_own_few_points_cannot_show(history):
     # 8 workloads have run 24 builds; a ninth joins and steps up by 2.5% (about 2.5 sigma) in its 15th point.
     # Its own 14 points before the step say little of its noise, and a t test on them misses this step; the

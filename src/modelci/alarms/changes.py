@@ -227,13 +227,15 @@ def noise_pools(series_list: Iterable[Series]) -> dict[tuple[str, str], history.
     return {key: pool for key, pool in pools.items() if pool is not None}
 
 
-def latest_changes(series_list: Iterable[Series], policy_for: PolicyFor) -> list[SeriesChange]:
+def latest_changes(series_list: Iterable[Series], policy_for: PolicyFor,
+                   pool_from: Iterable[Series] | None = None) -> list[SeriesChange]:
     """The change, if any, that begins within the last TAIL points of each series: the check after every run.
-    Each series' noise is pooled with that of the other series of its runner and metric (noise_pools)."""
+    Each series' noise is pooled with that of the other series of its runner and metric (noise_pools) among
+    ``pool_from`` (by default the series checked)."""
     from modelci.checks import history
 
     series_list = list(series_list)
-    pools = noise_pools(series_list)
+    pools = noise_pools(series_list if pool_from is None else pool_from)
     found = []
     for series in series_list:
         policy = policy_for(series.runner, series.workload)(series.metric)

@@ -51,8 +51,11 @@ def after_run(config: Any, store: Any, outcome: Any, *, today: date | None = Non
     runner = config.runner
     if config.alarms.get("changes", True):
         fresh = {c.result.workload for c in outcome.comparisons if c.result.status == "ok"}
-        series = changes.load_series(store, runner=runner, workloads=fresh)
-        report.changes = changes.latest_changes(series, changes.calibrated(config, store))
+        # every series of the runner, not only this run's: a run of a few workloads (`run -k`) pools their noise
+        # with the runner's others, so a series gets the same verdict whether its neighbours ran this time or not
+        everything = changes.load_series(store, runner=runner)
+        series = [s for s in everything if s.workload in fresh]
+        report.changes = changes.latest_changes(series, changes.calibrated(config, store), pool_from=everything)
         by_workload: dict[str, list] = {}
         for change in report.changes:
             by_workload.setdefault(change.series.workload, []).append(change.finding())
