@@ -769,19 +769,6 @@ def test_a_series_far_noisier_than_the_pool_keeps_its_own_noise():
     assert all(_noise_for(v[:-6], None, None, 3, pool=pool).pooled == 19 for v in runner[:-1])
 
 
-def test_series_that_share_one_noise_are_pooled_without_a_spread_made_of_chance():
-    from modelci.checks import history
-
-    # 30 runners of 20 series with the same AR(1) noise, 40 points before their tails: their estimates scatter by
-    # chance alone, and a spread fitted to that chance lets each one's loose own estimate back into its noise
-    runners = [[ar1(46, seed=2000 + 20 * r + i) for i in range(20)] for r in range(30)]
-    pools = [history.pool_noise(runner) for runner in runners]
-    assert sum(p.log_cv_spread > 0 for p in pools) <= 3 and sum(p.phi_spread > 0 for p in pools) <= 3
-    # series truly apart (3% and 6% noise) still take their spread
-    apart = history.pool_noise([ar1(46, seed=2700 + i, cv=0.03 * (1 + i % 2)) for i in range(20)])
-    assert apart.log_cv_spread > 0.1
-
-
 def test_each_series_is_judged_against_all_the_others_at_once():
     from modelci.checks.history import _fits, _fits_the_others, _random_effects
 

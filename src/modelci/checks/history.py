@@ -158,14 +158,6 @@ POOL_POINTS_LOSS = 5
 #: as on its own; one 1.5 times as noisy, which its first 20-50 points cannot tell apart, still twice as often
 #: (docs/detection.md). About 1 series in 185 that is one of the pool's keeps its own (two tests, 1 in 370 each)
 POOL_MISFIT = 3.0
-#: the pool's spread (tau**2) counts only the series' scatter beyond POOL_SPREAD_MARGIN sds of what their own
-#: errors explain: Cochran's Q less its k - 1 degrees of freedom and less this many times its sd, sqrt(2 (k - 1)),
-#: when the series share one noise. DerSimonian and Laird's estimate, cut at 0, is above 0 half the time on series
-#: that share one noise, and each time lets their own loose estimates back in. On the benchmark's AR(1) runners
-#: the pooled check found 89.5% and 88.4% (two seeds) of what the known-noise bound finds with no margin, 91.3%
-#: and 88.7% with 2 (about the 2.3% level, one-sided); series truly apart scatter far beyond it, and the false
-#: alarms of the runners whose series differ stayed under 1 per 1,000 (docs/detection.md)
-POOL_SPREAD_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -429,7 +421,9 @@ def _fits_the_others(values: Sequence[float], variances: Sequence[float]) -> np.
     sum_w, sum_wx, sum_wxx, sum_ww = (float(np.sum(t)) - t for t in (w, w * x, w * x * x, w * w))
     q = sum_wxx - sum_wx**2 / sum_w
     scale = sum_w - sum_ww / sum_w
-    spread = _spread(q, scale, len(x) - 2)
+    others = len(x) - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = np.where(scale > 0, np.maximum(0.0, (q - (others - 1)) / scale), 0.0)
     weights = 1 / (v[None, :] + spread[:, None])
     np.fill_diagonal(weights, 0.0)
     total = weights.sum(axis=1)
@@ -450,17 +444,9 @@ def _random_effects(values: Sequence[float], variances: Sequence[float]) -> tupl
     fixed = float(np.sum(w * x) / np.sum(w))
     q = float(np.sum(w * (x - fixed) ** 2))
     scale = float(np.sum(w) - np.sum(w**2) / np.sum(w))
-    spread = float(_spread(np.float64(q), np.float64(scale), len(x) - 1))
+    spread = max(0.0, (q - (len(x) - 1)) / scale) if scale > 0 else 0.0
     weights = 1 / (1 / w + spread)
     return float(np.sum(weights * x) / np.sum(weights)), float(1 / np.sum(weights)), spread
-
-
-def _spread(q: np.ndarray, scale: np.ndarray, freedom: int) -> np.ndarray:
-    """DerSimonian and Laird's tau**2 from Cochran's Q of ``freedom`` degrees of freedom and the scale of its
-    weights (sum w - sum w**2 / sum w), counted beyond POOL_SPREAD_MARGIN sds of Q where there is no spread."""
-    excess = q - freedom - POOL_SPREAD_MARGIN * math.sqrt(2 * max(freedom, 0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(scale > 0, np.maximum(0.0, excess / scale), 0.0)
 
 
 def _shrink(own: float, variance: float, mean: float, error: float, spread: float) -> tuple[float, float]:
