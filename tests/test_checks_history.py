@@ -688,6 +688,21 @@ def test_no_pool_from_too_few_or_too_short_series():
     assert pool_noise([ar1(100, seed=i) for i in range(POOL_MIN_SERIES)]).series == POOL_MIN_SERIES
 
 
+def test_series_with_the_same_points_count_once_in_a_pool():
+    from modelci.checks.history import POOL_MIN_SERIES, pool_noise
+
+    # two workloads that recorded exactly the same points (one result stored under two names) are one piece of
+    # evidence about the runner's noise, not two: counted twice, they would make the pool look surer than it is
+    runner = [ar1(100, seed=i) for i in range(POOL_MIN_SERIES - 1)]
+    assert pool_noise([*runner, runner[0].copy()]) is None
+    assert pool_noise([*runner, ar1(100, seed=99)]).series == POOL_MIN_SERIES
+    # the same points with a different last TAIL still count once: only the points the noise is estimated from
+    # decide it
+    twin = runner[0].copy()
+    twin[-6:] += 1.0
+    assert pool_noise([*runner, twin]) is None
+
+
 def test_a_pooled_check_says_so_and_raises_no_more_false_alarms_on_alike_series():
     from modelci.checks.history import pool_noise
 

@@ -387,7 +387,9 @@ def pool_noise(histories: Sequence[Sequence[float]], *, tail: int = MAX_TAIL, mi
     MIN_POINTS_FOR_ESTIMATE such points and a scale. Pass it to detect_latest as ``noise_pool`` for each of them.
 
     The series' spread is estimated by DerSimonian and Laird's moment estimator: what the series scatter about
-    their mean beyond what their own estimates' errors explain."""
+    their mean beyond what their own estimates' errors explain. Series with the same points before their tail
+    (one result stored under two workloads' names) count once: they are one estimate of the noise, and counted
+    twice they would make the pool surer than it is."""
     known: dict[tuple[bytes, int], _PoolTerms] = {}
     for history in histories:
         if len(history) > tail:
