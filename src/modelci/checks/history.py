@@ -420,18 +420,23 @@ def pool_noise(histories: Sequence[Sequence[float]], *, tail: int = MAX_TAIL, mi
     # a series that does not fit the others (POOL_MISFIT) is left out of the pool: judged with itself in, a much
     # noisier one widens the spread by enough to pass
     terms = list(known.values())
-    # phi's sampling variances at the series' mean phi (``_PoolTerms.phi_variance``)
-    common = sum(t.phi * t.freedom for t in terms) / sum(t.freedom for t in terms)
     fits = (_fits_the_others([t.log_cv for t in terms], [t.log_cv_variance for t in terms])
-            & _fits_the_others([t.phi for t in terms], [t.phi_variance(common) for t in terms]))
+            & _fits_the_others([t.phi for t in terms], _phi_variances(terms)))
     kept = [t for t, fit in zip(terms, fits) if fit]
     if len(kept) < POOL_MIN_SERIES:
         return None
     log_cv = _random_effects([t.log_cv for t in kept], [t.log_cv_variance for t in kept])
-    common = sum(t.phi * t.freedom for t in kept) / sum(t.freedom for t in kept)
-    phi = _random_effects([t.phi for t in kept], [t.phi_variance(common) for t in kept])
+    phi = _random_effects([t.phi for t in kept], _phi_variances(kept))
     misfits = frozenset(key for key, fit in zip(known, fits) if not fit)
     return NoisePool(*log_cv, *phi, len(kept), known, misfits)
+
+
+def _phi_variances(terms: Sequence[_PoolTerms]) -> list[float]:
+    """The sampling variances of the series' phi estimates at their mean phi, weighted by their degrees of freedom
+    (``_PoolTerms.phi_variance``). The pool's own phi, the random-effects mean, is what a series the pool was not
+    built from is judged with (``NoisePool._takes``); it is not known yet where these variances go into it."""
+    mean = sum(t.phi * t.freedom for t in terms) / sum(t.freedom for t in terms)
+    return [t.phi_variance(mean) for t in terms]
 
 
 def _fits_the_others(values: Sequence[float], variances: Sequence[float]) -> np.ndarray:
