@@ -563,9 +563,11 @@ def detect_latest(
     ``worse`` is the direction that is a regression: "up" (timings, memory), "down" (accuracy) or "both". A
     one-sided check ignores changes the other way and, at the same false-alarm rate, sees smaller ones. Only the
     last ``window`` points are segmented, but the noise is estimated from the MIN_POINTS_FOR_ESTIMATE to
-    NOISE_WINDOW points before the tail, so pass the history, not just the window. A shorter history (from
-    MIN_POINTS_ONLINE points) is tested against a stricter threshold (SHORT_PENALTY). On a trend the levels of
-    the change are the trend's fitted value at it and that plus the shift. ``noise_runs``: as in detect_changes.
+    NOISE_WINDOW points before the tail, and a change found against a flat level is judged again over those
+    points, where a slow drift shows (``_tail_candidate``): pass the history, not just the window. A shorter
+    history (from MIN_POINTS_ONLINE points) is tested against a stricter threshold (SHORT_PENALTY). On a trend
+    the levels of the change are the trend's fitted value at it and that plus the shift. ``noise_runs``: as in
+    detect_changes.
     ``noise_pool`` (``pool_noise`` of the runner's series of this metric, this one included): the sd and phi
     estimated from the points before the tail are shrunk toward the pool's, as far as the series are alike; on a
     short history the pool's noise at the series' level is a prior sample of its noise. A series that does not
