@@ -662,8 +662,8 @@ def _tail_candidate(x: np.ndarray, settings: _Latest) -> _Candidate | None:
     longer = NOISE_WINDOW + settings.tail
     if found is None or trend or len(x) <= settings.window or settings.window >= longer:
         return found
-    again, trend = _window_candidate(x, replace(settings, window=longer))
-    return None if again is None and trend else found
+    again, long_trend = _window_candidate(x, replace(settings, window=longer))
+    return None if again is None and long_trend else found
 
 
 def _window_candidate(x: np.ndarray, settings: _Latest) -> tuple[_Candidate | None, bool]:
